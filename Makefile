@@ -1,0 +1,42 @@
+# Two commands on a fresh machine:
+#   make run    set up .venv and run the main job
+#   make test   set up .venv (with test tools) and run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+JAX_VERSION := $(shell sed -n 's/^jax==//p' requirements.txt)
+# A GPU host (nvidia-smi lists a device) gets the CUDA 12 build of the same jax version.
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+
+.PHONY: setup setup-dev run test bench clean
+
+setup: $(VENV)/.runtime
+setup-dev: $(VENV)/.dev
+
+$(VENV)/.runtime: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+ifeq ($(HAS_GPU),yes)
+	$(PY) -m pip install --quiet "jax[cuda12]==$(JAX_VERSION)"
+endif
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+run: setup
+	$(PY) experiments/demo_ops.py
+
+test: setup-dev
+	$(PY) -m pytest -q tests
+
+bench: setup-dev
+	$(PY) benchmarks/bench_vtrace.py
+	$(PY) benchmarks/bench_group_norm.py
+	$(PY) benchmarks/bench_torsos.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
