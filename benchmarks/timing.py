@@ -1,0 +1,57 @@
+"""Shared timing helpers for the benchmarks: median wall time of a call after warm-up."""
+
+import os
+import statistics
+import sys
+import time
+from typing import Callable
+
+import jax
+
+# Benchmarks run as scripts (`python benchmarks/x.py`); make the repository importable without
+# an install.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+
+def median_seconds(fn: Callable[[], object], *, repeats: int, warmup: int = 3) -> float:
+    """Median wall time of `fn()` in seconds, waiting for any JAX arrays it returns."""
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], *, repeats: int,
+                        warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each function, timed in alternation.
+
+    Alternating the contenders call by call exposes them to the same machine load, so their
+    ratio stays meaningful on a busy host even when the absolute times drift.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            jax.block_until_ready(fn())
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def print_table(header: list[str], rows: list[list[object]]) -> None:
+    """Prints rows as a Markdown table (pasteable into BUILD_NOTES.md)."""
+    cells = [header] + [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    fmt = lambda row: "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"  # noqa
+    print(fmt(cells[0]))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in cells[1:]:
+        print(fmt(row))
