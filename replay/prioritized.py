@@ -1,0 +1,266 @@
+"""A thread-safe prioritized replay shared by many actors and one learner.
+
+Prioritized experience replay (Schaul et al. 2016, arXiv:1511.05952) as Ape-X uses it (Horgan et
+al. 2018, arXiv:1803.00933): actors add transitions with initial priorities they computed, the
+learner samples i with P(i) = p_i^alpha / sum_k p_k^alpha (eq. 1), corrects with importance
+weights w_i = (N * P(i))^-beta / max_j w_j (Sec. 3.4), and writes new priorities back. Eviction
+is FIFO over `capacity` slots.
+
+Every transition gets an id, its insertion count; its slot is `id % capacity`. The learner hands
+the ids back with the new priorities, so a priority computed for a transition that has since been
+overwritten is recognised (the slot now holds a newer id) and dropped, never landing on new data.
+
+Concurrency: one lock guards the sum tree, ids and counters. Critical sections are short and
+batched; the copy of the sampled transitions' bytes happens outside the lock, and is validated
+afterwards (slot ids unchanged and, for frame storage, frames not overwritten), redrawing the rare
+rows that raced with an add.
+"""
+
+import json
+import os
+import threading
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from replay.spec import TransitionSpec
+from replay.storage import ArrayStorage, Storage
+from replay.sum_tree import SumTree
+
+_MAX_REDRAWS = 100  # a redraw only happens when a sampled row raced with an add
+
+
+class Sample(NamedTuple):
+    """A sampled batch.
+
+    Attributes:
+      ids: int64 `[B]` transition ids, to pass back to `update_priorities`.
+      transitions: dict of fields `[B, ...]`.
+      weights: float32 `[B]` importance weights, max-normalized over the whole buffer.
+      probabilities: float64 `[B]` the sampling probabilities P(i).
+    """
+
+    ids: np.ndarray
+    transitions: dict[str, np.ndarray]
+    weights: np.ndarray
+    probabilities: np.ndarray
+
+
+def _check_priorities(priorities: Any, batch_size: int) -> np.ndarray:
+    priorities = np.asarray(priorities, np.float64)
+    if priorities.shape != (batch_size,):
+        raise ValueError(f"priorities must have shape ({batch_size},), got {priorities.shape}")
+    if not np.all(np.isfinite(priorities)) or np.any(priorities < 0):
+        raise ValueError("priorities must be finite and >= 0, got values like "
+                         f"{priorities[~(np.isfinite(priorities) & (priorities >= 0))][:3]}")
+    return priorities
+
+
+class PrioritizedReplay:
+    """Prioritized replay over `capacity` transitions with FIFO eviction.
+
+    Args:
+      capacity: number of transitions held.
+      spec: `{field: (shape, dtype)}` for plain storage; or pass `storage` instead (for example a
+        `FrameStackStorage` for Atari frame stacks).
+      storage: a `Storage` with `storage.capacity == capacity`.
+      alpha: priority exponent (Ape-X: 0.6); 0 samples uniformly.
+      beta: importance-weight exponent (Ape-X: 0.4); settable while running, for annealing.
+      priority_epsilon: added to every priority so a transition with zero TD error can still be
+        sampled (Schaul et al. 2016, Sec. 3.3: p_i = |delta_i| + epsilon).
+      seed: seed of the sampling generator.
+    """
+
+    def __init__(self, capacity: int, spec: TransitionSpec | None = None, *,
+                 storage: Storage | None = None, alpha: float = 0.6, beta: float = 0.4,
+                 priority_epsilon: float = 1e-6, seed: int = 0):
+        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+            raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+        if (spec is None) == (storage is None):
+            raise ValueError("pass exactly one of spec (plain storage) or storage")
+        if storage is not None and storage.capacity != capacity:
+            raise ValueError(f"storage.capacity={storage.capacity} differs from "
+                             f"capacity={capacity}")
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        if not priority_epsilon >= 0.0:
+            raise ValueError(f"priority_epsilon must be >= 0, got {priority_epsilon}")
+        self.capacity = int(capacity)
+        self.alpha = float(alpha)
+        self.beta = beta
+        self.priority_epsilon = float(priority_epsilon)
+        self.storage = storage if storage is not None else ArrayStorage(spec, self.capacity)
+        self._lock = threading.Lock()
+        self._rng = np.random.default_rng(seed)
+        self._tree = SumTree(self.capacity)
+        self._ids = np.full(self.capacity, -1, np.int64)  # id held by each slot; -1: empty
+        self._next_id = 0
+        self._size = 0
+        self._counters = dict(added=0, evicted=0, sampled=0, updates_applied=0,
+                              updates_stale=0, redrawn=0)
+
+    @property
+    def beta(self) -> float:
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"beta must be in [0, 1], got {value}")
+        self._beta = float(value)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def stats(self) -> dict[str, int]:
+        """Counters: size, added, evicted, sampled, updates applied and dropped as stale."""
+        with self._lock:
+            return dict(size=self._size, **self._counters)
+
+    def _scaled(self, priorities: np.ndarray) -> np.ndarray:
+        return (priorities + self.priority_epsilon) ** self.alpha
+
+    def add(self, transitions: dict[str, np.ndarray], priorities: Any,
+            streams: np.ndarray | None = None) -> np.ndarray:
+        """Adds a batch of transitions with their initial priorities.
+
+        Args:
+          transitions: dict of fields `[B, ...]` matching the spec.
+          priorities: `[B]` non-negative priorities, e.g. |n-step TD error| from the actor.
+          streams: int `[B]` the env stream of each transition (needed by frame storage).
+
+        Returns:
+          int64 `[B]` ids of the transitions written.
+        """
+        if np.ndim(priorities) != 1:
+            raise ValueError(f"priorities must be one-dimensional [B], got shape "
+                             f"{np.shape(priorities)}")
+        batch_size = len(priorities)
+        scaled = self._scaled(_check_priorities(priorities, batch_size))
+        if batch_size > self.capacity:
+            raise ValueError(f"a batch of {batch_size} transitions exceeds capacity "
+                             f"{self.capacity}")
+        with self._lock:
+            ids = self._next_id + np.arange(batch_size, dtype=np.int64)
+            slots = ids % self.capacity
+            victims = self.storage.write(slots, transitions, streams)  # validates first
+            overwritten = int(np.count_nonzero(self._ids[slots] >= 0))
+            self._ids[slots] = ids
+            self._tree.set(slots, scaled)
+            victims = victims[self._ids[victims] >= 0]
+            self._ids[victims] = -1
+            self._tree.set(victims, np.zeros(len(victims)))
+            self._next_id += batch_size
+            self._size += batch_size - overwritten - len(victims)
+            self._counters["added"] += batch_size
+            self._counters["evicted"] += overwritten + len(victims)
+        return ids
+
+    def _draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Under the lock: stratified slots, their ids, weights and a storage handle."""
+        total = self._tree.total
+        if total <= 0.0:
+            raise ValueError("cannot sample from an empty replay; add transitions first")
+        slots = self._tree.sample(batch_size, self._rng)
+        probabilities = self._tree.get(slots) / total
+        # The largest weight any transition can get belongs to the least likely one.
+        min_probability = self._tree.min / total
+        weights = (probabilities / min_probability) ** -self._beta
+        return self._ids[slots], probabilities, weights, self.storage.locate(slots)
+
+    def sample(self, batch_size: int) -> Sample:
+        """Samples `batch_size` transitions with P(i) proportional to p_i^alpha.
+
+        Stratified: one draw in each of `batch_size` equal segments of the priority mass.
+        """
+        if not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        with self._lock:
+            ids, probabilities, weights, handle = self._draw(batch_size)
+        transitions = self.storage.gather(handle)
+        rows = np.arange(batch_size)  # the rows `handle` points at
+        for _ in range(_MAX_REDRAWS):
+            with self._lock:
+                overwritten = self._ids[ids[rows] % self.capacity] != ids[rows]
+                raced = overwritten | ~self.storage.intact(handle)
+                if not raced.any():
+                    self._counters["sampled"] += batch_size
+                    break
+                rows = rows[raced]
+                self._counters["redrawn"] += len(rows)
+                ids[rows], probabilities[rows], weights[rows], handle = self._draw(len(rows))
+            redrawn = self.storage.gather(handle)
+            for name, array in transitions.items():
+                array[rows] = redrawn[name]
+        else:
+            raise RuntimeError(f"sampling raced with adds {_MAX_REDRAWS} times in a row; the "
+                               "replay is far too small for its add rate")
+        return Sample(ids, transitions, weights.astype(np.float32), probabilities)
+
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """Sets new priorities for sampled transitions; ids overwritten since are ignored.
+
+        Args:
+          ids: int64 `[B]` ids from `Sample.ids`.
+          priorities: `[B]` non-negative new priorities (e.g. |TD error|).
+
+        Returns:
+          How many priorities were applied (the rest were stale).
+        """
+        ids = np.asarray(ids, np.int64)
+        if ids.ndim != 1:
+            raise ValueError(f"ids must be one-dimensional, got shape {ids.shape}")
+        scaled = self._scaled(_check_priorities(priorities, len(ids)))
+        with self._lock:
+            if np.any((ids < 0) | (ids >= self._next_id)):
+                raise ValueError("ids must come from this replay's add or sample")
+            slots = ids % self.capacity
+            fresh = self._ids[slots] == ids
+            self._tree.set(slots[fresh], scaled[fresh])
+            applied = int(np.count_nonzero(fresh))
+            self._counters["updates_applied"] += applied
+            self._counters["updates_stale"] += len(ids) - applied
+        return applied
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The whole replay (contents included) as plain NumPy arrays, no pickled objects."""
+        with self._lock:
+            state = {f"tree/{k}": v for k, v in self._tree.state_dict().items()}
+            state.update({f"storage/{k}": v for k, v in self.storage.state_dict().items()})
+            state.update({
+                "ids": self._ids, "next_id": np.int64(self._next_id), "size": np.int64(self._size),
+                "alpha": np.float64(self.alpha), "beta": np.float64(self._beta),
+                "rng": np.array(json.dumps(self._rng.bit_generator.state)),
+                **{f"counters/{k}": np.int64(v) for k, v in self._counters.items()}})
+            return {k: np.array(v, copy=True) for k, v in state.items()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restores a `state_dict()` into this replay (same capacity, alpha and storage)."""
+        if float(state["alpha"]) != self.alpha:
+            raise ValueError(f"checkpoint alpha={float(state['alpha'])} differs from this "
+                             f"replay's alpha={self.alpha}; priorities would be inconsistent")
+        if state["ids"].shape != (self.capacity,):
+            raise ValueError(f"checkpoint holds {state['ids'].shape[0]} slots; this replay has "
+                             f"capacity {self.capacity}")
+        with self._lock:
+            self._tree = SumTree.from_state_dict(
+                {k[len("tree/"):]: v for k, v in state.items() if k.startswith("tree/")})
+            self.storage.load_state_dict(
+                {k[len("storage/"):]: v for k, v in state.items() if k.startswith("storage/")})
+            self._ids = np.array(state["ids"], np.int64)
+            self._next_id, self._size = int(state["next_id"]), int(state["size"])
+            self._beta = float(state["beta"])
+            self._rng.bit_generator.state = json.loads(str(state["rng"]))
+            self._counters = {k: int(state[f"counters/{k}"]) for k in self._counters}
+
+    def save(self, path: str) -> None:
+        """Writes `state_dict()` to an `.npz` file atomically (temporary file, then rename)."""
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, **self.state_dict())
+        os.replace(tmp, path)
+
+    def load(self, path: str) -> None:
+        """Restores from a file written by `save`; runs no code from the file."""
+        with np.load(path, allow_pickle=False) as data:
+            self.load_state_dict({k: data[k] for k in data.files})

@@ -1,0 +1,80 @@
+"""Transition storage behind `PrioritizedReplay`: where the bytes of each slot live.
+
+The replay owns priorities, slots and locking; a storage owns the transition data. Two kinds
+share one protocol: `ArrayStorage` (a preallocated array per field, any transition) and
+`FrameStackStorage` (Atari frame stacks stored one frame at a time, in `replay/frames.py`).
+
+Locking contract (the replay enforces it): `write`, `locate`, `intact` and `state_dict` run under
+the replay's lock; `gather` runs outside it, so the bulk copy of observation bytes never blocks
+actors. A `gather` may race with a later `write`; the replay then asks `intact` (and checks slot
+generations) under the lock and samples again for anything that was overwritten.
+"""
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from replay.spec import TransitionSpec, check_batch, flatten_spec
+
+
+class Storage(Protocol):
+    """What `PrioritizedReplay` needs from a transition store of `capacity` slots."""
+
+    capacity: int
+
+    def write(self, slots: np.ndarray, transitions: dict[str, np.ndarray],
+              streams: np.ndarray | None) -> np.ndarray:
+        """Stores `transitions` (fields `[B, ...]`) at `slots` `[B]`; returns slots `[K]` whose
+        data this write destroyed besides `slots` themselves (to be evicted)."""
+
+    def locate(self, slots: np.ndarray) -> Any:
+        """A small handle that `gather` can read `slots` `[B]` from without the lock."""
+
+    def gather(self, handle: Any) -> dict[str, np.ndarray]:
+        """The transitions of a handle, fields `[B, ...]`, as freshly allocated arrays."""
+
+    def intact(self, handle: Any) -> np.ndarray:
+        """bool `[B]`: whether the bytes `gather` read for the handle were not overwritten."""
+
+    def state_dict(self) -> dict[str, np.ndarray]: ...
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
+
+
+class ArrayStorage:
+    """One preallocated NumPy array `[capacity, ...]` per field of a `TransitionSpec`."""
+
+    def __init__(self, spec: TransitionSpec, capacity: int):
+        self.spec = flatten_spec(spec)
+        self.capacity = capacity
+        self.data = {name: np.zeros((capacity,) + shape, dtype)
+                     for name, (shape, dtype) in self.spec.items()}
+
+    def write(self, slots, transitions, streams=None):
+        check_batch(self.spec, transitions, len(slots))
+        for name, array in self.data.items():
+            array[slots] = transitions[name]
+        return np.empty((0,), np.int64)
+
+    def locate(self, slots):
+        return slots
+
+    def gather(self, handle):
+        return {name: array[handle] for name, array in self.data.items()}
+
+    def intact(self, handle):
+        # A slot is only rewritten by `write`, which also bumps the replay's generation counter,
+        # so the replay's generation check already covers this storage.
+        return np.ones(len(handle), bool)
+
+    def state_dict(self):
+        return {f"data/{name}": array for name, array in self.data.items()}
+
+    def load_state_dict(self, state):
+        for name, array in self.data.items():
+            saved = state[f"data/{name}"]
+            if saved.shape != array.shape or saved.dtype != array.dtype:
+                raise ValueError(
+                    f"checkpoint field {name!r} has shape {saved.shape} and dtype {saved.dtype}; "
+                    f"this replay expects {array.shape} {array.dtype}")
+            array[...] = saved

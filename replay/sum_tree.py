@@ -1,0 +1,293 @@
+"""A host-side NumPy sum tree for proportional prioritized replay.
+
+Schaul et al. 2016, "Prioritized Experience Replay" (arXiv:1511.05952), Sec. 3.3 and
+Appendix B.2.1: a transition i is drawn with probability P(i) = p_i / sum_k p_k, found by a
+descent of a binary tree whose internal nodes hold the sums of their children, and a batch of
+k transitions is stratified: one draw from each of k equal segments of [0, sum_k p_k).
+
+Every operation walks the tree for a whole batch at once: O(log N) NumPy calls per batch and
+no Python loop per item. The tree is not thread-safe; the replay buffer that owns it locks.
+"""
+from typing import Any
+
+import numpy as np
+
+# Levels of at most _DENSE_LEVEL_NODES + _DENSE_NODES_PER_UPDATE * n nodes, for n updated
+# leaves, are recomputed whole (two contiguous NumPy calls a level) instead of by gathering and
+# scattering the n parents (seven calls a level, each a cache miss per item in a large tree).
+# Tuned with benchmarks/bench_sum_tree.py.
+_DENSE_LEVEL_NODES = 1024
+_DENSE_NODES_PER_UPDATE = 8
+
+
+class SumTree:
+    """Sum tree (and min tree) over `capacity` float64 leaf priorities.
+
+    Layout: the leaf count is padded to a power of two P; one flat array of 2P nodes holds the
+    tree, node 1 is the root, node i has children 2i and 2i+1, leaf j is node P + j, and the
+    padding leaves P + capacity .. 2P - 1 stay 0 so they are never drawn. A parallel min tree
+    holds +inf at zero and padding leaves, so its root is the smallest non-zero priority, which
+    normalizes importance weights: max_j w_j = (N * p_min / total) ** -beta (Sec. 3.4).
+
+    Attributes:
+      capacity: the number of leaves.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+            raise ValueError(f"capacity must be an int, got {capacity!r}")
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self.capacity = int(capacity)
+        self._depth = (self.capacity - 1).bit_length()  # Levels below the root.
+        self._num_leaves = 1 << self._depth  # P.
+        self._sum = np.zeros(2 * self._num_leaves, np.float64)
+        self._min = np.full(2 * self._num_leaves, np.inf, np.float64)
+        # Children pairs (2i, 2i+1) are row i of these views: one gather fetches both.
+        self._sum_pairs = self._sum.reshape(-1, 2)
+        self._min_pairs = self._min.reshape(-1, 2)
+        # Per level l >= 1 (nodes 2**l .. 2**(l+1) - 1): views of its left children, right
+        # children and parents in both trees, made once since slicing costs as much as the adds.
+        self._levels = []
+        for level in range(1, self._depth + 1):
+            lo, hi = 1 << level, 2 << level
+            self._levels.append(tuple(
+                view for tree in (self._sum, self._min)
+                for view in (tree[lo:hi:2], tree[lo + 1:hi:2], tree[lo >> 1:hi >> 1])))
+
+    @property
+    def total(self) -> float:
+        """The sum of all priorities (the root)."""
+        return float(self._sum[1])
+
+    @property
+    def min(self) -> float:
+        """The smallest non-zero priority.
+
+        Raises:
+          ValueError: if every priority is zero (an empty tree has no minimum to normalize by).
+        """
+        smallest = float(self._min[1])
+        if smallest == np.inf:
+            raise ValueError("min is undefined: the sum tree holds no non-zero priority")
+        return smallest
+
+    def get(self, indices: Any) -> np.ndarray:
+        """Returns the priorities of leaves `indices` (any shape), as float64 of that shape."""
+        indices = self._check_indices(indices)
+        return self._sum[indices + self._num_leaves]
+
+    def set(self, indices: Any, priorities: Any) -> None:
+        """Sets leaf priorities and recomputes their ancestors.
+
+        Where an index repeats, its last priority wins. Everything is checked before anything is
+        written, so a call that raises leaves the tree unchanged.
+
+        Args:
+          indices: integer leaf indices in [0, capacity), any shape.
+          priorities: non-negative priorities, at most float64 max / capacity, the same shape
+            as `indices`.
+
+        Raises:
+          ValueError: on shapes that differ, an index out of range, or a priority that is
+            negative, NaN or above float64 max / capacity (infinite included).
+        """
+        indices = self._check_indices(indices)
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if priorities.shape != indices.shape:
+            raise ValueError(
+                f"indices and priorities must have the same shape, got {indices.shape} "
+                f"and {priorities.shape}")
+        indices, priorities = indices.ravel(), priorities.ravel()
+        if indices.size == 0:
+            return
+        self._check_priorities(priorities)
+        nodes = indices + self._num_leaves
+        self._sum[nodes] = priorities
+        # NumPy does not promise which of several values for one index a fancy assignment keeps.
+        # Every leaf holding its own value again means no index had two different values (NaN,
+        # the one value unequal to itself, was rejected above): nothing to resolve, no sort paid.
+        if nodes.size > 1 and not (self._sum.take(nodes) == priorities).all():
+            last_nodes, last = np.unique(nodes[::-1], return_index=True)
+            nodes, priorities = last_nodes, priorities[::-1][last]
+            self._sum[nodes] = priorities
+        self._min[nodes] = np.where(priorities > 0.0, priorities, np.inf)
+        self._update_ancestors(nodes)
+
+    def find_prefix_sum(self, values: Any) -> np.ndarray:
+        """Finds, for each v, the leaf i with cumsum[i - 1] <= v < cumsum[i].
+
+        Schaul et al. 2016, Appendix B.2.1: the inverse-CDF lookup behind proportional sampling.
+        The returned leaves always hold a positive priority, also where float rounding in the
+        tree's partial sums would otherwise walk into a zero or padding leaf.
+
+        Args:
+          values: [B] (any shape) prefix sums in [0, total]; v == total counts as the last
+            non-zero leaf.
+
+        Returns:
+          int64 leaf indices, the shape of `values`.
+
+        Raises:
+          ValueError: if the tree is empty or a value is NaN or outside [0, total].
+        """
+        total = self._check_not_empty()
+        values = np.array(values, dtype=np.float64)  # A copy: clipped below.
+        if values.size and not (values.min() >= 0.0 and values.max() <= total):
+            bad = values[~((values >= 0.0) & (values <= total))]
+            raise ValueError(f"values must lie in [0, total={total}], got {bad[:5]}")
+        flat = values.ravel()
+        np.minimum(flat, np.nextafter(total, 0.0), out=flat)
+        return self._descend(flat).reshape(values.shape)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """Draws `batch_size` leaves with probability p_i / total, stratified.
+
+        Schaul et al. 2016, Appendix B.2.1: draw k is the prefix sum v_k = (k + u_k) * total / B
+        with u_k ~ U[0, 1), so each of the B equal segments of [0, total) holds exactly one draw.
+
+        Args:
+          batch_size: B > 0.
+          rng: the generator for u.
+
+        Returns:
+          [B] int64 leaf indices; draw k lies in segment k.
+
+        Raises:
+          ValueError: if batch_size <= 0 or the tree holds no priority.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+            raise ValueError(f"batch_size must be an int, got {batch_size!r}")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        total = self._check_not_empty()
+        values = np.arange(batch_size, dtype=np.float64)
+        values += rng.random(batch_size)
+        values *= total / batch_size  # [B]
+        # (B - 1 + u) * total / B can round up to total itself.
+        np.minimum(values, np.nextafter(total, 0.0), out=values)
+        return self._descend(values)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Returns the leaves and capacity as plain arrays (np.savez, allow_pickle=False).
+
+        Internal nodes are not saved: from_state_dict rebuilds them bit for bit, since every
+        node is fl(left + right) of its children whichever order the leaves were set in.
+        """
+        return {
+            "capacity": np.asarray(self.capacity, dtype=np.int64),
+            "priorities": self._sum[self._num_leaves:self._num_leaves + self.capacity].copy(),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: Any) -> "SumTree":
+        """Builds a tree from state_dict() output (a dict or an NpzFile), validating it."""
+        for key in ("capacity", "priorities"):
+            if key not in state:
+                raise ValueError(f"state is missing {key!r}; it has {sorted(state)}")
+        capacity = np.asarray(state["capacity"])
+        if capacity.shape != () or capacity.dtype.kind not in "iu":
+            raise ValueError(f"state capacity must be an integer scalar, got {capacity!r}")
+        tree = cls(int(capacity))
+        priorities = np.asarray(state["priorities"])
+        if priorities.shape != (tree.capacity,) or priorities.dtype.kind != "f":
+            raise ValueError(
+                f"state priorities must be float [{tree.capacity}], got {priorities.dtype} "
+                f"{priorities.shape}")
+        priorities = priorities.astype(np.float64)
+        tree._check_priorities(priorities)
+        leaves = slice(tree._num_leaves, tree._num_leaves + tree.capacity)
+        tree._sum[leaves] = priorities
+        tree._min[leaves] = np.where(priorities > 0.0, priorities, np.inf)
+        tree._recompute_levels(tree._depth)
+        return tree
+
+    def _check_indices(self, indices: Any) -> np.ndarray:
+        indices = np.asarray(indices)
+        if indices.dtype.kind not in "iu":
+            raise ValueError(f"indices must be integers, got dtype {indices.dtype}")
+        # uint64 values past 2**63 wrap to negatives here and fail the range check below.
+        indices = indices.astype(np.int64, copy=False)
+        if indices.size and (indices.min() < 0 or indices.max() >= self.capacity):
+            bad = indices[(indices < 0) | (indices >= self.capacity)]
+            raise ValueError(f"indices must lie in [0, {self.capacity}), got {bad[:5]}")
+        return indices
+
+    def _check_priorities(self, priorities: np.ndarray) -> None:
+        # A bound of float64 max / capacity keeps every partial sum, the total included, finite.
+        # min and max propagate NaN, so these two reductions also reject NaN.
+        bound = np.finfo(np.float64).max / self.capacity
+        if priorities.size and not (priorities.min() >= 0.0 and priorities.max() <= bound):
+            bad = priorities[~((priorities >= 0.0) & (priorities <= bound))]
+            raise ValueError(
+                f"priorities must be finite, non-negative and at most {bound:.3g} (float64 max "
+                f"/ capacity, so the total cannot overflow), got {bad[:5]}")
+
+    def _check_not_empty(self) -> float:
+        total = self.total
+        if not total > 0.0:
+            raise ValueError("the sum tree holds no priority (total is 0); set some first")
+        return total
+
+    def _update_ancestors(self, nodes: np.ndarray) -> None:
+        """Recomputes every ancestor of leaf `nodes` from its children, bottom-up.
+
+        Parents are recomputed as left + right, never incremented by the leaf's change: adding
+        deltas would let rounding drift accumulate over millions of updates, and would apply a
+        repeated index twice. A parent reached from two updated leaves is written twice with the
+        same value, which is harmless, so the parents need no np.unique.
+        """
+        level = self._depth
+        dense_nodes = _DENSE_LEVEL_NODES + _DENSE_NODES_PER_UPDATE * nodes.size
+        while level > 0 and (1 << (level - 1)) > dense_nodes:
+            nodes = nodes >> 1
+            pairs = self._sum_pairs.take(nodes, axis=0)  # [n, 2]
+            self._sum[nodes] = pairs[:, 0] + pairs[:, 1]
+            pairs = self._min_pairs.take(nodes, axis=0)  # [n, 2]
+            self._min[nodes] = np.minimum(pairs[:, 0], pairs[:, 1])
+            level -= 1
+        self._recompute_levels(level)
+
+    def _recompute_levels(self, level: int) -> None:
+        """Recomputes every node above `level`, whole level by whole level."""
+        for left_sum, right_sum, sums, left_min, right_min, mins in self._levels[:level][::-1]:
+            np.add(left_sum, right_sum, out=sums)
+            np.minimum(left_min, right_min, out=mins)
+
+    def _descend(self, values: np.ndarray) -> np.ndarray:
+        """Returns the leaves of prefix sums `values` ([B], in [0, total)), left untouched."""
+        remaining = values.copy()  # [B]
+        nodes = np.ones(values.shape, dtype=np.int64)
+        for _ in range(self._depth):
+            nodes <<= 1
+            left = self._sum.take(nodes)  # [B]
+            go_right = remaining >= left
+            remaining -= left * go_right
+            nodes += go_right
+        # Rounding can make `remaining - left` equal the right child's whole sum although
+        # v < left + right exactly; the walk then runs off the right edge of that subtree into a
+        # zero or padding leaf. Rare, so only those draws are redone with a guarded walk.
+        stray = self._sum.take(nodes) == 0.0
+        if stray.any():
+            nodes[stray] = self._guarded_descend(values[stray])
+        return nodes - self._num_leaves
+
+    def _guarded_descend(self, values: np.ndarray) -> np.ndarray:
+        """Like the plain walk, but keeps 0 <= v < sum(node) with sum(node) > 0 at every level.
+
+        It goes right only into a subtree with a positive sum and clips v below that sum, so it
+        ends on a positive leaf: the last one at or before v when rounding pushed v past it.
+        """
+        remaining = values.copy()  # [B]
+        nodes = np.ones(values.shape, dtype=np.int64)
+        for _ in range(self._depth):
+            nodes <<= 1
+            left = self._sum.take(nodes)  # [B]
+            right = self._sum.take(nodes + 1)  # [B]
+            go_right = (remaining >= left) & (right > 0.0)
+            remaining = np.where(
+                go_right,
+                np.minimum(remaining - left, np.nextafter(right, 0.0)),
+                np.minimum(remaining, np.nextafter(left, 0.0)))
+            nodes += go_right
+        return nodes
