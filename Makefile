@@ -28,7 +28,7 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	touch $@
 
 run: setup
-	$(PY) experiments/demo_ops.py
+	$(PY) experiments/run_apex.py --flagfile=experiments/configs/apex_cartpole.cfg
 
 test: setup-dev
 	$(PY) -m pytest -q tests
@@ -37,6 +37,9 @@ bench: setup-dev
 	$(PY) benchmarks/bench_vtrace.py
 	$(PY) benchmarks/bench_group_norm.py
 	$(PY) benchmarks/bench_torsos.py
+	$(PY) benchmarks/bench_sum_tree.py
+	$(PY) benchmarks/bench_replay.py
+	$(PY) benchmarks/bench_replay_contention.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,128 @@
+"""Ape-X actors: threads that act epsilon-greedily in envpool and feed the shared replay.
+
+Horgan et al. 2018 (arXiv:1803.00933), Algorithm 1: each actor steps its environments with its
+own exploration rates, builds n-step transitions with initial priorities from its own Q-values,
+buffers them locally and adds them to the replay in batches, and pulls fresh parameters
+periodically.
+"""
+
+import threading
+from typing import Callable
+
+import jax
+import numpy as np
+
+from agents.apex.nstep import NStepBuilder
+from agents.param_server import ParamServer
+from agents.rate_limiter import SampleToInsertRatio
+from agents.stats import RunStats
+from replay.prioritized import PrioritizedReplay
+
+
+def exploration_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
+    """eps_i = base^(1 + alpha * i / (N - 1)) for i = 0..N-1 (Horgan et al. 2018, Sec. 4.1).
+
+    Args:
+      num_envs: N, all environments of all actors.
+      base, alpha: the paper's 0.4 and 7.
+
+    Returns:
+      `[N]` float64 epsilons, from `base` down to `base^(1 + alpha)`.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if num_envs == 1:
+        return np.array([base])
+    return base ** (1.0 + alpha * np.arange(num_envs) / (num_envs - 1))
+
+
+def epsilon_greedy(q_values: np.ndarray, epsilons: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:
+    """`[B]` int32 actions: argmax of `q_values` `[B, A]`, or uniform with prob `epsilons` `[B]`."""
+    greedy = np.argmax(q_values, axis=-1)
+    explore = rng.uniform(size=len(q_values)) < epsilons
+    random_actions = rng.integers(0, q_values.shape[-1], size=len(q_values))
+    return np.where(explore, random_actions, greedy).astype(np.int32)
+
+
+class ApexActor:
+    """One actor thread over one envpool instance.
+
+    Args:
+      actor_id: index of this actor; its envs are global streams
+        `actor_id * num_envs + env_id` (for the exploration schedule and the replay).
+      make_env: returns this actor's envpool env (gymnasium API, async).
+      policy: jitted `(params, obs [B, ...]) -> q [B, A]`.
+      epsilons: `[num_envs]` this actor's exploration rates.
+      builder: the actor's n-step transition builder.
+      replay: the shared replay.
+      param_server: source of parameters.
+      stats: shared counters (env_steps, episodes and returns).
+      local_buffer_size: transitions gathered before one replay add.
+      update_period: agent steps per env between parameter pulls.
+      seed: seed of the exploration generator.
+      limiter: optional rate limiter shared with the learner.
+    """
+
+    def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
+                 epsilons: np.ndarray, builder: NStepBuilder, replay: PrioritizedReplay,
+                 param_server: ParamServer, stats: RunStats, local_buffer_size: int,
+                 update_period: int, seed: int, limiter: SampleToInsertRatio | None = None):
+        self.actor_id = actor_id
+        self._make_env, self._policy = make_env, policy
+        self._epsilons, self._builder = epsilons, builder
+        self._replay, self._param_server, self._stats = replay, param_server, stats
+        self._local_buffer_size, self._update_period = local_buffer_size, update_period
+        self._rng = np.random.default_rng(seed)
+        self._limiter = limiter
+        self._local: list = []
+        self._local_count = 0
+
+    def _flush(self, stop: threading.Event) -> None:
+        if not self._local:
+            return
+        if self._limiter is not None and not self._limiter.await_insert(stop):
+            return
+        parts = list(zip(*self._local))  # (transition dicts, priorities, streams)
+        transitions = {k: np.concatenate([t[k] for t in parts[0]]) for k in parts[0][0]}
+        self._replay.add(transitions, np.concatenate(parts[1]), np.concatenate(parts[2]))
+        if self._limiter is not None:
+            self._limiter.inserted(self._local_count)
+        self._local, self._local_count = [], 0
+
+    def run(self, stop: threading.Event) -> None:
+        env = self._make_env()
+        num_envs = len(self._epsilons)
+        stream_offset = self.actor_id * num_envs
+        returns = np.zeros(num_envs)
+        version, params = self._param_server.latest()
+        steps_since_pull = 0
+        env.async_reset()
+        try:
+            while not stop.is_set():
+                obs, reward, terminated, truncated, info = env.recv()
+                env_ids = info["env_id"]
+                if steps_since_pull >= self._update_period * num_envs:
+                    version, params = self._param_server.latest()
+                    steps_since_pull = 0
+                q_values = np.asarray(self._policy(params, obs))
+                actions = epsilon_greedy(q_values, self._epsilons[env_ids], self._rng)
+                env.send(actions, env_ids)  # envpool steps these envs while we build transitions
+                emitted = self._builder.step(
+                    env_ids, obs, reward, terminated, truncated, info["elapsed_step"] == 0,
+                    q_values, actions)
+                if emitted is not None:
+                    transitions, priorities, streams = emitted
+                    self._local.append((transitions, priorities, streams + stream_offset))
+                    self._local_count += len(priorities)
+                    if self._local_count >= self._local_buffer_size:
+                        self._flush(stop)
+                returns[env_ids] += reward
+                done = terminated | truncated
+                if done.any():
+                    self._stats.episodes_done(returns[env_ids[done]])
+                    returns[env_ids[done]] = 0.0
+                steps_since_pull += len(env_ids)
+                self._stats.add(env_steps=len(env_ids))
+        finally:
+            env.close()

@@ -1,0 +1,230 @@
+"""Ape-X on one host: wires actors, replay, learner and evaluator threads, and runs them.
+
+Horgan et al. 2018 (arXiv:1803.00933). The main thread only watches: it prints the progress
+line, writes metrics and checkpoints, and stops everything on the budget, on solving, on Ctrl-C
+(with a final checkpoint) or on the first exception of any thread (re-raised, non-zero exit).
+"""
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import queue
+import threading
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+
+from agents import checkpoint, sharding
+from agents.apex.actor import ApexActor, exploration_epsilons
+from agents.apex.config import ApexConfig
+from agents.apex.learner import ApexLearner, TrainingState, init_state, make_optimizer
+from agents.apex.network import QNetwork
+from agents.apex.nstep import NStepBuilder
+from agents.envs import EnvInfo, EnvSettings, env_info, make_env
+from agents.evaluation import evaluate
+from agents.logger import MetricsLogger, plot_learning_curve
+from agents.param_server import ParamServer
+from agents.rate_limiter import SampleToInsertRatio
+from agents.runner import ThreadRunner
+from agents.stats import RunStats
+from replay.frames import FrameStackStorage
+from replay.prioritized import PrioritizedReplay
+
+
+def actor_env_settings(config: ApexConfig, actor_id: int) -> EnvSettings:
+    """The envs of one actor; each actor gets its own block of seeds."""
+    return EnvSettings(
+        env_id=config.env, num_envs=config.envs_per_actor, batch_size=config.actor_batch_size,
+        seed=config.seed * 1_000 + actor_id * config.envs_per_actor, num_threads=None,
+        max_episode_steps=config.max_episode_steps or None, episodic_life=config.episodic_life,
+        reward_clip=config.reward_clip, noop_max=config.noop_max,
+        repeat_action_probability=config.repeat_action_probability,
+        max_episode_frames=config.max_episode_frames)
+
+
+def make_network(config: ApexConfig, info: EnvInfo) -> QNetwork:
+    if config.torso == "mlp":
+        torso_kwargs = dict(hidden_sizes=config.mlp_hidden_sizes)
+    else:
+        # With dueling streams of their own the torso ends at the convs, as in Wang et al. 2016.
+        torso_kwargs = dict(norm=config.norm, num_groups=config.num_groups,
+                            **(dict(hidden_size=None) if config.dueling
+                               and config.head_hidden_sizes else {}))
+    return QNetwork(info.num_actions, config.torso, tuple(torso_kwargs.items()), config.dueling,
+                    config.head_hidden_sizes, stack_axis_first=info.channels_first)
+
+
+def make_replay(config: ApexConfig, info: EnvInfo) -> PrioritizedReplay:
+    """The shared replay; Atari frame stacks are stored one frame at a time."""
+    obs = (info.obs_shape, info.obs_dtype)
+    spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),
+                discount=((), np.float32), next_obs=obs)
+    kwargs = dict(alpha=config.priority_exponent, beta=config.importance_exponent,
+                  seed=config.seed)
+    if info.is_atari:
+        storage = FrameStackStorage(spec, config.replay_capacity, stack_axis=0)
+        return PrioritizedReplay(config.replay_capacity, storage=storage, **kwargs)
+    return PrioritizedReplay(config.replay_capacity, spec, **kwargs)
+
+
+class ApexAgent:
+    """Everything of one Ape-X run; `run()` trains until a stop condition and returns a summary.
+
+    Args:
+      config: the run's settings.
+      learner_devices: devices the learner's batch is split over (default: all local devices).
+      print_fn: where progress lines go.
+    """
+
+    def __init__(self, config: ApexConfig, learner_devices=None,
+                 print_fn: Callable = functools.partial(print, flush=True)):
+        self.config, self.print = config, print_fn
+        self.info = env_info(actor_env_settings(config, 0))
+        self.network = make_network(config, self.info)
+        self.mesh = sharding.learner_mesh(learner_devices)
+        sharding.check_divisible(config.batch_size, self.mesh)
+        self.replay = make_replay(config, self.info)
+        self.stats = RunStats()
+        self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
+        state = init_state(self.network, make_optimizer(config),
+                           np.zeros(self.info.obs_shape, self.info.obs_dtype),
+                           jax.random.PRNGKey(config.seed))
+        self.resumed_from = None
+        if config.resume and (path := checkpoint.latest_checkpoint(self.checkpoint_dir)):
+            state, meta = checkpoint.restore_checkpoint(path, state, self.replay)
+            self.stats.load_state_dict(meta["counters"])
+            self.resumed_from = path
+        self.limiter = None
+        if config.samples_per_insert > 0:
+            self.limiter = SampleToInsertRatio(
+                config.samples_per_insert, config.min_replay_size,
+                tolerance=max(config.batch_size,
+                              config.samples_per_insert * config.local_buffer_size))
+            replay_stats = self.replay.stats()  # a resumed run keeps its ratio
+            self.limiter.inserted(replay_stats["added"])
+            self.limiter.sampled(replay_stats["sampled"])
+        self.param_server = ParamServer(device=jax.local_devices()[0])
+        self.learner = ApexLearner(config, self.network, self.replay, self.param_server, state,
+                                   self.mesh, self.limiter)
+        self.policy = jax.jit(self.network.apply)
+        self.evals: queue.Queue = queue.Queue()
+        self.solved = threading.Event()
+        self.eval_history: list[dict] = []
+
+    def _actors(self) -> list[ApexActor]:
+        config, info = self.config, self.info
+        epsilons = exploration_epsilons(config.num_envs, config.epsilon_base,
+                                        config.epsilon_alpha)
+        actors = []
+        for i in range(config.num_actors):
+            settings = actor_env_settings(config, i)
+            own = slice(i * config.envs_per_actor, (i + 1) * config.envs_per_actor)
+            builder = NStepBuilder(config.envs_per_actor, config.n_step, config.discount,
+                                   info.obs_shape, info.obs_dtype)
+            actors.append(ApexActor(
+                i, lambda s=settings: make_env(s), self.policy, epsilons[own], builder,
+                self.replay, self.param_server, self.stats, config.local_buffer_size,
+                config.actor_update_period, seed=config.seed * 1_000 + i, limiter=self.limiter))
+        return actors
+
+    def _evaluator(self, stop: threading.Event) -> None:
+        settings = actor_env_settings(self.config, 0).for_evaluation(self.config.eval_episodes)
+        env = make_env(settings)
+        next_eval = (self.learner.updates // self.config.eval_period + 1) * self.config.eval_period
+        while not stop.is_set():
+            if self.learner.updates < next_eval:
+                stop.wait(0.05)
+                continue
+            updates, env_steps = self.learner.updates, self.stats.get("env_steps")
+            _, params = self.param_server.latest()
+            returns = evaluate(env, self.policy, params)
+            self.evals.put(dict(updates=updates, env_steps=env_steps,
+                                mean_return=float(np.mean(returns)),
+                                min_return=float(np.min(returns))))
+            if np.mean(returns) >= self.config.solved_return:
+                self.solved.set()
+                stop.set()
+            next_eval = (self.learner.updates // self.config.eval_period + 1) * \
+                self.config.eval_period
+        env.close()
+
+    def save(self) -> str:
+        """Checkpoints learner state, optimizer state, counters and the replay contents."""
+        state = self.learner.host_state()
+        meta = dict(counters=self.stats.state_dict(), config=dataclasses.asdict(self.config),
+                    updates=int(state.steps))
+        return checkpoint.save_checkpoint(self.checkpoint_dir, int(state.steps), state, meta,
+                                          self.replay)
+
+    def run(self) -> dict:
+        config = self.config
+        os.makedirs(config.run_dir, exist_ok=True)
+        with open(os.path.join(config.run_dir, "config.json"), "w") as f:
+            json.dump(dataclasses.asdict(config), f, indent=2, sort_keys=True,
+                      default=lambda x: None if isinstance(x, float) and math.isinf(x) else x)
+        logger = MetricsLogger(config.run_dir)
+        runner = ThreadRunner()
+        runner.start("prefetch", self.learner.prefetch)
+        runner.start("learner", self.learner.run)
+        for actor in self._actors():
+            runner.start(f"actor-{actor.actor_id}", actor.run)
+        runner.start("evaluator", self._evaluator)
+        if self.resumed_from:
+            self.print(f"resumed from {self.resumed_from}")
+        start, last = time.monotonic(), (time.monotonic(), self.stats.snapshot(),
+                                         self.learner.updates)
+        last_checkpoint, last_eval, interrupted = time.monotonic(), float("nan"), False
+        try:
+            while not runner.wait(config.log_period_s):
+                last, last_eval = self._report(logger, start, last, last_eval)
+                if self.stats.get("env_steps") >= config.total_env_steps:
+                    break
+                if time.monotonic() - last_checkpoint >= config.checkpoint_period_s:
+                    self.save()
+                    last_checkpoint = time.monotonic()
+        except KeyboardInterrupt:
+            interrupted = True
+            self.print("interrupted: stopping threads and writing a checkpoint")
+        finally:
+            # Re-raises the first thread failure (after stopping every thread).
+            runner.stop()
+        self._report(logger, start, last, last_eval)
+        path = self.save()
+        logger.close()
+        plot_learning_curve(config.run_dir)
+        summary = dict(self.stats.snapshot(), updates=self.learner.updates,
+                       solved=self.solved.is_set(), interrupted=interrupted,
+                       wall_s=time.monotonic() - start, checkpoint=path,
+                       eval_history=self.eval_history)
+        self.print(f"done: solved={summary['solved']} env_steps={summary.get('env_steps', 0):,} "
+                   f"updates={summary['updates']:,} in {summary['wall_s']:.0f} s; "
+                   f"checkpoint {path}")
+        return summary
+
+    def _report(self, logger, start, last, last_eval):
+        """Drains evaluation results, prints the progress line, writes the train metrics."""
+        now, snapshot, updates = time.monotonic(), self.stats.snapshot(), self.learner.updates
+        while not self.evals.empty():
+            result = self.evals.get()
+            self.eval_history.append(result)
+            logger.write("eval", result["updates"], result)
+            last_eval = result["mean_return"]
+        dt = max(now - last[0], 1e-9)
+        env_steps = snapshot.get("env_steps", 0)
+        fps = (env_steps - last[1].get("env_steps", 0)) / dt
+        ups = (updates - last[2]) / dt
+        replay_stats = self.replay.stats()
+        row = dict(env_steps=env_steps, env_steps_per_s=fps, updates=updates,
+                   updates_per_s=ups, replay_size=replay_stats["size"],
+                   episode_return=snapshot["episode_return"], eval_return=last_eval,
+                   **self.learner.host_metrics())
+        logger.write("train", updates, row)
+        self.print(f"[apex {now - start:6.0f}s] env steps {env_steps:>10,} ({fps:7,.0f}/s) | "
+                   f"updates {updates:>8,} ({ups:5.1f}/s) | replay {replay_stats['size']:>9,} | "
+                   f"return {snapshot['episode_return']:8.2f} | eval {last_eval:8.2f} | "
+                   f"loss {row.get('loss', float('nan')):.4f}")
+        return (now, snapshot, updates), last_eval

@@ -1,0 +1,180 @@
+"""The Ape-X learner: one jitted, data-parallel update, and the thread loop around it.
+
+Horgan et al. 2018 (arXiv:1803.00933), Algorithm 2: sample a prioritized batch, apply the
+n-step double-Q update with importance weights, send the new priorities back to the replay,
+periodically copy the target network and publish the parameters to the actors.
+"""
+
+import queue
+import threading
+import time
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agents import sharding
+from agents.apex.config import ApexConfig
+from agents.apex.losses import apex_loss, double_q_td_errors
+from agents.param_server import ParamServer
+from agents.rate_limiter import SampleToInsertRatio
+from replay.prioritized import PrioritizedReplay, Sample
+
+
+class TrainingState(NamedTuple):
+    params: Any
+    target_params: Any
+    opt_state: Any
+    steps: jax.Array  # [] int32 updates applied
+
+
+def make_optimizer(config: ApexConfig) -> optax.GradientTransformation:
+    """Global-norm clipping, then centered RMSProp (the paper's) or Adam."""
+    if config.optimizer == "rmsprop_centered":
+        # eps inside the square root, as in the DQN-family RMSProp the paper's epsilon refers to.
+        opt = optax.rmsprop(config.learning_rate, decay=config.rms_decay,
+                            eps=config.optimizer_epsilon, centered=True)
+    else:
+        opt = optax.adam(config.learning_rate, eps=config.optimizer_epsilon)
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), opt)
+
+
+def init_state(network: nn.Module, optimizer: optax.GradientTransformation,
+               sample_obs: np.ndarray, key: jax.Array) -> TrainingState:
+    """Fresh parameters for observations shaped like `sample_obs` `[*obs_shape]`."""
+    params = network.init(key, sample_obs[None])
+    # A separate copy: the update donates the state, and one buffer cannot be donated twice.
+    target_params = jax.tree.map(jnp.copy, params)
+    return TrainingState(params, target_params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+
+def make_update(network: nn.Module, optimizer: optax.GradientTransformation,
+                config: ApexConfig, mesh: jax.sharding.Mesh):
+    """`update(state, batch) -> (state, metrics, priorities [B])`, data-parallel over `mesh`.
+
+    `batch` holds obs `[B, ...]`, action, reward, discount, next_obs and weights `[B]`.
+    """
+
+    def loss_fn(params, target_params, batch):
+        q_tm1 = network.apply(params, batch["obs"])  # [b, A]
+        q_t_online = network.apply(params, batch["next_obs"])  # [b, A]
+        q_t_target = network.apply(target_params, batch["next_obs"])  # [b, A]
+        td = double_q_td_errors(q_tm1, batch["action"], batch["reward"], batch["discount"],
+                                q_t_online, q_t_target)  # [b]
+        loss = apex_loss(td, batch["weights"], config.loss, config.huber_delta)
+        return loss, (td, jnp.mean(q_tm1))
+
+    def update(state: TrainingState, batch):
+        grads, (td, mean_q) = jax.grad(loss_fn, has_aux=True)(
+            sharding.per_device(state.params), state.target_params, batch)
+        # Equal shards, so the mean of the shard means is the full batch's mean gradient.
+        grads = jax.lax.pmean(grads, sharding.BATCH_AXIS)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        steps = state.steps + 1
+        copy = steps % config.target_update_period == 0
+        target_params = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params,
+                                     state.target_params)
+        metrics = jax.lax.pmean(dict(
+            loss=apex_loss(td, batch["weights"], config.loss, config.huber_delta),
+            mean_abs_td=jnp.mean(jnp.abs(td)), mean_q=mean_q,
+            grad_norm=optax.tree.norm(grads)), sharding.BATCH_AXIS)
+        return TrainingState(params, target_params, opt_state, steps), metrics, jnp.abs(td)
+
+    return sharding.data_parallel(update, mesh)
+
+
+def sample_to_batch(sample: Sample) -> dict[str, np.ndarray]:
+    """The learner's batch: the sampled transitions plus their importance weights."""
+    return dict(sample.transitions, weights=sample.weights)
+
+
+class ApexLearner:
+    """Runs updates in its own thread, fed by a prefetching sampler thread.
+
+    Args:
+      config: the run's settings.
+      network: the Q-network.
+      replay: the shared prioritized replay.
+      param_server: where parameters are published for the actors.
+      state: initial (or restored) `TrainingState`.
+      mesh: the learner devices.
+      limiter: optional rate limiter shared with the actors.
+    """
+
+    def __init__(self, config: ApexConfig, network: nn.Module, replay: PrioritizedReplay,
+                 param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh,
+                 limiter: SampleToInsertRatio | None = None):
+        sharding.check_divisible(config.batch_size, mesh)
+        self.config, self.replay, self.param_server, self.mesh = config, replay, param_server, mesh
+        self.limiter = limiter
+        self.state = sharding.put_replicated(state, mesh)
+        self._update = make_update(network, make_optimizer(config), config, mesh)
+        self._batches: queue.Queue = queue.Queue(maxsize=2)
+        # Held while an update is dispatched: the old state's buffers are donated to it, so a
+        # reader must never see a state that is being consumed.
+        self._state_lock = threading.Lock()
+        self.metrics: dict[str, float] = {}
+        self.updates = int(state.steps)
+        self.waits = dict(sample_s=0.0, batch_s=0.0)
+        self.param_server.publish(state.params)
+
+    def prefetch(self, stop: threading.Event) -> None:
+        """Sampler thread: keeps the next batches ready while the device computes."""
+        batch_size = self.config.batch_size
+        while not stop.is_set():
+            if self.limiter is not None:
+                if not self.limiter.await_sample(batch_size, stop):
+                    return
+            elif len(self.replay) < max(self.config.min_replay_size, 1):
+                time.sleep(0.005)
+                continue
+            start = time.perf_counter()
+            sample = self.replay.sample(batch_size)
+            self.waits["sample_s"] += time.perf_counter() - start
+            if self.limiter is not None:
+                self.limiter.sampled(batch_size)
+            while not stop.is_set():
+                try:
+                    self._batches.put(sample, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+
+    def run(self, stop: threading.Event) -> None:
+        """Learner thread: update, write priorities back, publish parameters."""
+        pending = None  # (ids, priorities) of the update in flight on the device
+        while not stop.is_set():
+            start = time.perf_counter()
+            try:
+                sample = self._batches.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self.waits["batch_s"] += time.perf_counter() - start
+            # Transfers for the learner stay in the learner's thread.
+            batch = sharding.put_batch(sample_to_batch(sample), self.mesh)
+            with self._state_lock:
+                self.state, metrics, priorities = self._update(self.state, batch)
+            # Dispatch is asynchronous: finish the previous update's host work while this one
+            # runs on the device.
+            if pending is not None:
+                self.replay.update_priorities(pending[0], np.asarray(pending[1]))
+            pending = (sample.ids, priorities)
+            self.updates += 1
+            if self.updates % self.config.publish_period == 0:
+                self.param_server.publish(self.state.params)
+            self.metrics = metrics
+        if pending is not None:
+            self.replay.update_priorities(pending[0], np.asarray(pending[1]))
+
+    def host_state(self) -> TrainingState:
+        """A host copy of the current training state (for checkpoints and tests)."""
+        with self._state_lock:
+            return jax.device_get(self.state)
+
+    def host_metrics(self) -> dict[str, float]:
+        """The latest update's metrics as Python floats."""
+        return {k: float(v) for k, v in self.metrics.items()}

@@ -1,0 +1,72 @@
+"""Metrics for researchers: CSV files, TensorBoard events, and a learning-curve PNG."""
+
+import csv
+import math
+import os
+
+from tensorboardX import SummaryWriter
+
+
+class MetricsLogger:
+    """Writes each group of metrics (`train`, `eval`) to `<run_dir>/<group>.csv` and TensorBoard.
+
+    Args:
+      run_dir: the run's folder.
+      tensorboard: also write TensorBoard event files under `<run_dir>/tb`.
+    """
+
+    def __init__(self, run_dir: str, tensorboard: bool = True):
+        os.makedirs(run_dir, exist_ok=True)
+        self.run_dir = run_dir
+        self._files, self._writers = {}, {}
+        self._tb = SummaryWriter(os.path.join(run_dir, "tb")) if tensorboard else None
+
+    def write(self, group: str, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        if group not in self._writers:
+            path = os.path.join(self.run_dir, f"{group}.csv")
+            resuming = os.path.exists(path)
+            f = open(path, "a", newline="")
+            writer = csv.DictWriter(f, fieldnames=list(row), extrasaction="ignore")
+            if not resuming:
+                writer.writeheader()
+            self._files[group], self._writers[group] = f, writer
+        self._writers[group].writerow(row)
+        self._files[group].flush()
+        if self._tb is not None:
+            for key, value in row.items():
+                if key != "step" and math.isfinite(value):
+                    self._tb.add_scalar(f"{group}/{key}", value, step)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def plot_learning_curve(run_dir: str, x: str = "env_steps", y: str = "mean_return",
+                        group: str = "eval") -> str | None:
+    """Plots `y` against `x` from `<run_dir>/<group>.csv` into `learning_curve.png`."""
+    path = os.path.join(run_dir, f"{group}.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        rows = [r for r in csv.DictReader(f) if r.get(x) and r.get(y)]
+    if not rows:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")  # files only; no display on a training host
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([float(r[x]) for r in rows], [float(r[y]) for r in rows], marker=".")
+    ax.set_xlabel(x)
+    ax.set_ylabel(f"{group} {y}")
+    ax.set_title(os.path.basename(os.path.normpath(run_dir)))
+    ax.grid(alpha=0.3)
+    out = os.path.join(run_dir, "learning_curve.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

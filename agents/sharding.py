@@ -1,0 +1,57 @@
+"""Data parallelism over the learner devices: one mesh axis, batch split, gradients averaged."""
+
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+BATCH_AXIS = "batch"
+
+
+def learner_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A 1-D mesh named `BATCH_AXIS` over `devices` (default: every local device)."""
+    devices = list(jax.local_devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("learner devices must not be empty")
+    return Mesh(np.array(devices), (BATCH_AXIS,))
+
+
+def check_divisible(batch_size: int, mesh: Mesh, name: str = "batch_size") -> None:
+    """Raises a ValueError unless `batch_size` splits evenly over the mesh's devices."""
+    count = mesh.devices.size
+    if batch_size % count:
+        raise ValueError(f"{name}={batch_size} does not split over {count} learner devices; "
+                         f"use a multiple of {count}")
+
+
+def data_parallel(fn: Callable, mesh: Mesh, *, donate_state: bool = True) -> Callable:
+    """jit(shard_map(fn)): `fn(state, batch)` sees its device's batch shard, full state.
+
+    `fn` must average what it needs over `BATCH_AXIS` (`jax.lax.pmean`) so that its first two
+    outputs (new state, metrics) are the same on every device; its third output is per-example
+    and stays split along the batch.
+    """
+    mapped = jax.shard_map(fn, mesh=mesh, in_specs=(P(), P(BATCH_AXIS)),
+                           out_specs=(P(), P(), P(BATCH_AXIS)))
+    return jax.jit(mapped, donate_argnums=(0,) if donate_state else ())
+
+
+def per_device(tree: Any) -> Any:
+    """Inside `data_parallel`: treat replicated values (parameters) as each device's own.
+
+    Differentiating with respect to a replicated input makes shard_map sum the gradient over
+    the devices implicitly; marking the parameters per-device first gives each device the
+    gradient of its own shard, which the caller then averages explicitly with `pmean`.
+    """
+    return jax.lax.pcast(tree, BATCH_AXIS, to="varying")
+
+
+def put_replicated(tree: Any, mesh: Mesh) -> Any:
+    """Copies `tree` to every device of the mesh."""
+    return jax.device_put(tree, NamedSharding(mesh, P()))
+
+
+def put_batch(tree: Any, mesh: Mesh) -> Any:
+    """Splits every array of `tree` along its leading axis over the mesh."""
+    return jax.device_put(tree, NamedSharding(mesh, P(BATCH_AXIS)))

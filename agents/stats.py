@@ -1,0 +1,46 @@
+"""Counters shared by worker threads and read by the main loop."""
+
+import collections
+import threading
+
+
+class RunStats:
+    """Thread-safe run counters and the returns of recently finished episodes.
+
+    Args:
+      window: how many recent episode returns to average over.
+    """
+
+    def __init__(self, window: int = 100):
+        self._lock = threading.Lock()
+        self._counts = collections.Counter()
+        self._returns = collections.deque(maxlen=window)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            self._counts.update(counts)
+
+    def episodes_done(self, returns) -> None:
+        with self._lock:
+            self._returns.extend(float(r) for r in returns)
+            self._counts["episodes"] += len(returns)
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._counts[name]
+
+    def snapshot(self) -> dict[str, float]:
+        """All counters, plus the mean recent episode return (NaN before the first)."""
+        with self._lock:
+            out = dict(self._counts)
+            out["episode_return"] = (sum(self._returns) / len(self._returns)
+                                     if self._returns else float("nan"))
+            return out
+
+    def state_dict(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def load_state_dict(self, counts: dict[str, int]) -> None:
+        with self._lock:
+            self._counts = collections.Counter({k: int(v) for k, v in counts.items()})

@@ -1,0 +1,74 @@
+"""The Ape-X learner update: data-parallel over 4 faked devices equals one device."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from agents import sharding
+from agents.apex.config import ApexConfig
+from agents.apex.learner import init_state, make_optimizer, make_update
+from agents.apex.network import QNetwork
+
+CONFIG = ApexConfig(env="CartPole-v1", torso="mlp", mlp_hidden_sizes=(32, 32),
+                    head_hidden_sizes=(), batch_size=16, min_replay_size=0,
+                    target_update_period=3, optimizer="adam", learning_rate=1e-2)
+
+
+def random_batch(rng, size):
+    return dict(obs=rng.normal(size=(size, 4)).astype(np.float32),
+                action=rng.integers(0, 2, size).astype(np.int32),
+                reward=rng.normal(size=size).astype(np.float32),
+                discount=(0.97 * (rng.uniform(size=size) > 0.1)).astype(np.float32),
+                next_obs=rng.normal(size=(size, 4)).astype(np.float32),
+                weights=rng.uniform(0.2, 1.0, size).astype(np.float32))
+
+
+def run_updates(config, devices, batches):
+    network = QNetwork(2, "mlp", (("hidden_sizes", (32, 32)),), True)
+    optimizer = make_optimizer(config)
+    mesh = sharding.learner_mesh(devices)
+    state = init_state(network, optimizer, np.zeros(4, np.float32), jax.random.PRNGKey(0))
+    state = sharding.put_replicated(state, mesh)
+    update = make_update(network, optimizer, config, mesh)
+    out = []
+    for batch in batches:
+        state, metrics, priorities = update(state, sharding.put_batch(batch, mesh))
+        out.append((jax.device_get(metrics), np.asarray(priorities)))
+    return jax.device_get(state), out
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rmsprop_centered"])
+def test_four_devices_equal_one(optimizer):
+    assert jax.device_count() == 4, "conftest.py fakes 4 CPU devices"
+    # A moderate epsilon keeps the adaptive optimizers from turning float32 noise in a near-zero
+    # gradient into a full-size step (Adam's update is ~lr * sign(g) when |g| >> epsilon).
+    config = dataclasses.replace(CONFIG, optimizer=optimizer, learning_rate=1e-3,
+                                 optimizer_epsilon=1e-3)
+    rng = np.random.default_rng(0)
+    batches = [random_batch(rng, 16) for _ in range(5)]
+    state_1, out_1 = run_updates(config, jax.devices()[:1], batches)
+    state_4, out_4 = run_updates(config, jax.devices(), batches)
+    # Summing the gradient in 4 parts reorders float32 additions, nothing more.
+    tolerance = dict(rtol=1e-4, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, **tolerance), state_1, state_4)
+    for (m1, p1), (m4, p4) in zip(out_1, out_4):
+        np.testing.assert_allclose(p1, p4, **tolerance)
+        np.testing.assert_allclose(m1["loss"], m4["loss"], **tolerance)
+    assert int(state_4.steps) == 5
+    # The target network was copied at update 3 and not since.
+    assert not np.allclose(state_4.params["params"]["DuelingQHead_0"]["value_out"]["kernel"],
+                           state_4.target_params["params"]["DuelingQHead_0"]["value_out"][
+                               "kernel"])
+
+
+def test_target_network_copies_on_schedule():
+    rng = np.random.default_rng(1)
+    state, _ = run_updates(CONFIG, jax.devices()[:1], [random_batch(rng, 16) for _ in range(3)])
+    jax.tree.map(np.testing.assert_array_equal, state.params, state.target_params)
+
+
+def test_batch_that_does_not_split_over_devices_raises():
+    with pytest.raises(ValueError, match="batch_size=18"):
+        sharding.check_divisible(18, sharding.learner_mesh(jax.devices()))
