@@ -56,11 +56,14 @@ def latest_checkpoint(directory: str) -> str | None:
 
 
 def restore_checkpoint(path: str, learner_template: Any, replay: Any = None) -> tuple[Any, dict]:
-    """Restores (learner state shaped like `learner_template`, meta) and fills `replay`."""
+    """Restores (learner state shaped like `learner_template`, meta) and fills `replay`.
+
+    A checkpoint saved without its replay leaves `replay` as it is (empty, for a new run).
+    """
     with open(os.path.join(path, "learner.msgpack"), "rb") as f:
         state = flax.serialization.from_bytes(jax.device_get(learner_template), f.read())
     with open(os.path.join(path, "meta.json")) as f:
         meta = json.load(f)
-    if replay is not None:
+    if replay is not None and os.path.exists(os.path.join(path, "replay.npz")):
         replay.load(os.path.join(path, "replay.npz"))
     return state, meta

@@ -222,17 +222,21 @@ class PrioritizedReplay:
             self._counters["updates_stale"] += len(ids) - applied
         return applied
 
+    def _live_state(self) -> dict[str, np.ndarray]:
+        """The state as views of the live arrays; the caller holds the lock."""
+        state = {f"tree/{k}": v for k, v in self._tree.state_dict().items()}
+        state.update({f"storage/{k}": v for k, v in self.storage.state_dict().items()})
+        state.update({
+            "ids": self._ids, "next_id": np.int64(self._next_id), "size": np.int64(self._size),
+            "alpha": np.float64(self.alpha), "beta": np.float64(self._beta),
+            "rng": np.array(json.dumps(self._rng.bit_generator.state)),
+            **{f"counters/{k}": np.int64(v) for k, v in self._counters.items()}})
+        return state
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """The whole replay (contents included) as plain NumPy arrays, no pickled objects."""
         with self._lock:
-            state = {f"tree/{k}": v for k, v in self._tree.state_dict().items()}
-            state.update({f"storage/{k}": v for k, v in self.storage.state_dict().items()})
-            state.update({
-                "ids": self._ids, "next_id": np.int64(self._next_id), "size": np.int64(self._size),
-                "alpha": np.float64(self.alpha), "beta": np.float64(self._beta),
-                "rng": np.array(json.dumps(self._rng.bit_generator.state)),
-                **{f"counters/{k}": np.int64(v) for k, v in self._counters.items()}})
-            return {k: np.array(v, copy=True) for k, v in state.items()}
+            return {k: np.array(v, copy=True) for k, v in self._live_state().items()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restores a `state_dict()` into this replay (same capacity, alpha and storage)."""
@@ -254,10 +258,14 @@ class PrioritizedReplay:
             self._counters = {k: int(state[f"counters/{k}"]) for k in self._counters}
 
     def save(self, path: str) -> None:
-        """Writes `state_dict()` to an `.npz` file atomically (temporary file, then rename)."""
+        """Writes the state to an `.npz` file atomically (temporary file, then rename).
+
+        The live arrays are written under the lock rather than copied first: a copy of a full
+        Atari replay would double its many gigabytes of memory. Adds and samples wait meanwhile.
+        """
         tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, **self.state_dict())
+        with open(tmp, "wb") as f, self._lock:
+            np.savez(f, **self._live_state())
         os.replace(tmp, path)
 
     def load(self, path: str) -> None:

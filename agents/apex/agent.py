@@ -95,7 +95,8 @@ class ApexAgent:
                            jax.random.PRNGKey(config.seed))
         self.resumed_from = None
         if config.resume and (path := checkpoint.latest_checkpoint(self.checkpoint_dir)):
-            state, meta = checkpoint.restore_checkpoint(path, state, self.replay)
+            state, meta = checkpoint.restore_checkpoint(
+                path, state, self.replay if config.checkpoint_replay else None)
             self.stats.load_state_dict(meta["counters"])
             self.resumed_from = path
         self.limiter = None
@@ -157,8 +158,9 @@ class ApexAgent:
         state = self.learner.host_state()
         meta = dict(counters=self.stats.state_dict(), config=dataclasses.asdict(self.config),
                     updates=int(state.steps))
-        return checkpoint.save_checkpoint(self.checkpoint_dir, int(state.steps), state, meta,
-                                          self.replay)
+        return checkpoint.save_checkpoint(
+            self.checkpoint_dir, int(state.steps), state, meta,
+            self.replay if self.config.checkpoint_replay else None)
 
     def run(self) -> dict:
         config = self.config

@@ -66,6 +66,8 @@ class ApexConfig:
       solved_return: stop once an evaluation's mean return reaches this (inf: never).
       log_period_s: seconds between progress lines and metric rows.
       checkpoint_period_s: seconds between checkpoints (learner, optimizer, counters, replay).
+      checkpoint_replay: include the replay's contents in checkpoints (a full Atari replay is
+        gigabytes; without it a resumed run refills the replay before learning).
       run_dir: folder for metrics, checkpoints, the saved config and the learning curve.
       resume: continue from the latest checkpoint in run_dir.
     """
@@ -114,6 +116,7 @@ class ApexConfig:
     solved_return: float = math.inf
     log_period_s: float = 10.0
     checkpoint_period_s: float = 600.0
+    checkpoint_replay: bool = True
     run_dir: str = "runs/apex"
     resume: bool = False
 

@@ -1,0 +1,184 @@
+"""Ape-X throughput, each path against its bare peer in the same run, and CartPole to solved.
+
+- actor: frames/s of the full actor (epsilon-greedy, n-step builder and priorities, local buffer,
+  replay adds into frame storage) against a bare loop of the same envpool config and the same
+  jitted Nature-torso policy that only acts. Target: ratio >= 0.9.
+- learner: updates/s of the full learner (prefetch thread sampling the replay, host-to-device
+  transfer, update, priority write-back, parameter publish) against the bare jitted update on a
+  batch already on the device. Target: ratio >= 0.9.
+- cartpole: wall time and env steps until greedy evaluation reaches 475, median of 3 seeds.
+
+    python benchmarks/bench_apex.py [--parts actor,learner,cartpole] [--seconds 20]
+"""
+
+import argparse
+import statistics
+import threading
+import time
+
+import timing  # noqa: F401  (puts the repository on sys.path)
+
+import jax
+import numpy as np
+
+from agents import sharding
+from agents.apex.actor import ApexActor, exploration_epsilons
+from agents.apex.agent import ApexAgent, actor_env_settings, make_network, make_replay
+from agents.apex.config import ApexConfig
+from agents.apex.learner import ApexLearner, init_state, make_optimizer, make_update
+from agents.apex.nstep import NStepBuilder
+from agents.envs import env_info, make_env
+from agents.param_server import ParamServer
+from agents.stats import RunStats
+
+ATARI = ApexConfig(env="Pong-v5", num_actors=1, envs_per_actor=16, actor_batch_size=8,
+                   replay_capacity=100_000, min_replay_size=2_000, batch_size=32,
+                   dueling=True, head_hidden_sizes=(512,))
+
+
+def bare_actor_fps(config, policy, params, seconds):
+    env = make_env(actor_env_settings(config, 0))
+    env.async_reset()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        obs, _, _, _, info = env.recv()
+        actions = np.argmax(np.asarray(policy(params, obs)), axis=-1).astype(np.int32)
+        env.send(actions, info["env_id"])
+        steps += len(actions)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return steps * 4 / elapsed  # frames: 4 per agent step
+
+
+def full_actor_fps(config, policy, param_server, info, seconds):
+    replay, stats = make_replay(config, info), RunStats()
+    actor = ApexActor(0, lambda: make_env(actor_env_settings(config, 0)), policy,
+                      exploration_epsilons(config.envs_per_actor), NStepBuilder(
+                          config.envs_per_actor, config.n_step, config.discount,
+                          info.obs_shape, info.obs_dtype),
+                      replay, param_server, stats, config.local_buffer_size,
+                      config.actor_update_period, seed=0)
+    stop = threading.Event()
+    thread = threading.Thread(target=actor.run, args=(stop,))
+    thread.start()
+    time.sleep(1.0)  # past envpool start-up
+    before, start = stats.get("env_steps"), time.perf_counter()
+    time.sleep(seconds)
+    fps = (stats.get("env_steps") - before) * 4 / (time.perf_counter() - start)
+    stop.set()
+    thread.join()
+    assert len(replay) > 0
+    return fps
+
+
+def actor_part(seconds):
+    config, info = ATARI, env_info(actor_env_settings(ATARI, 0))
+    network = make_network(config, info)
+    params = network.init(jax.random.PRNGKey(0), np.zeros((1,) + info.obs_shape, np.uint8))
+    policy = jax.jit(network.apply)
+    server = ParamServer()
+    server.publish(params)
+    bare, full = [], []
+    for _ in range(2):  # alternated, so drift in machine load hits both
+        bare.append(bare_actor_fps(config, policy, params, seconds))
+        full.append(full_actor_fps(config, policy, server, info, seconds))
+    ratio = statistics.median(full) / statistics.median(bare)
+    return [["actor frames/s (Pong, Nature, 16 envs, batch 8)", statistics.median(full),
+             statistics.median(bare), ratio, "met" if ratio >= 0.9 else "missed"]]
+
+
+def fill_replay(replay, info, count, rng):
+    """Adds `count` transitions of Atari-like streams (each step shifts the stack by a frame)."""
+    frames = rng.integers(0, 256, size=(count + 8, 84, 84), dtype=np.uint8)
+    for start in range(0, count, 256):
+        idx = np.arange(start, min(start + 256, count))
+        obs = np.stack([frames[i:i + 4] for i in idx])
+        next_obs = np.stack([frames[i + 3:i + 7] for i in idx])
+        replay.add(dict(obs=obs, action=rng.integers(0, 6, len(idx)).astype(np.int32),
+                        reward=rng.normal(size=len(idx)).astype(np.float32),
+                        discount=np.full(len(idx), 0.97, np.float32), next_obs=next_obs),
+                   rng.uniform(size=len(idx)), np.zeros(len(idx), np.int64))
+
+
+def learner_part(seconds):
+    config, info = ATARI, env_info(actor_env_settings(ATARI, 0))
+    network = make_network(config, info)
+    optimizer = make_optimizer(config)
+    mesh = sharding.learner_mesh(jax.local_devices()[:1])
+    replay = make_replay(config, info)
+    fill_replay(replay, info, 20_000, np.random.default_rng(0))
+    state = init_state(network, optimizer, np.zeros(info.obs_shape, np.uint8),
+                       jax.random.PRNGKey(0))
+
+    # Bare: the jitted update alone on one batch already on the device.
+    update = make_update(network, optimizer, config, mesh)
+    sample = replay.sample(config.batch_size)
+    batch = sharding.put_batch(dict(sample.transitions, weights=sample.weights), mesh)
+    bare_state = sharding.put_replicated(jax.tree.map(np.copy, state), mesh)
+    bare_state, _, p = update(bare_state, batch)
+    jax.block_until_ready(p)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        bare_state, _, p = update(bare_state, batch)
+        count += 1
+    jax.block_until_ready(p)
+    bare_ups = count / (time.perf_counter() - start)
+
+    # Full: the learner's own threads, sampling, transferring and writing priorities back.
+    learner = ApexLearner(config, network, replay, ParamServer(), state, mesh)
+    stop = threading.Event()
+    threads = [threading.Thread(target=f, args=(stop,)) for f in (learner.prefetch, learner.run)]
+    for t in threads:
+        t.start()
+    while learner.updates < 3:  # past compilation
+        time.sleep(0.05)
+    before, start = learner.updates, time.perf_counter()
+    time.sleep(seconds)
+    full_ups = (learner.updates - before) / (time.perf_counter() - start)
+    stop.set()
+    for t in threads:
+        t.join()
+    ratio = full_ups / bare_ups
+    return [[f"learner updates/s (Nature, batch {config.batch_size})", full_ups, bare_ups, ratio,
+             "met" if ratio >= 0.9 else "missed"]]
+
+
+def cartpole_part():
+    from absl import flags
+    from agents.flags import config_from_flags, define_flags
+    flag_values = flags.FlagValues()
+    define_flags(ApexConfig, flag_values)
+    flag_values(["bench", "--flagfile=experiments/configs/apex_cartpole.cfg"])
+    runs = []
+    for seed in range(3):
+        config = config_from_flags(ApexConfig, flag_values, seed=seed,
+                                   run_dir=f"/tmp/bench_apex_cartpole_{seed}", log_period_s=30)
+        summary = ApexAgent(config, print_fn=lambda *a, **k: None).run()
+        runs.append((summary["solved"], summary["wall_s"], summary["env_steps"]))
+        print(f"seed {seed}: solved={runs[-1][0]} wall {runs[-1][1]:.0f} s, "
+              f"env steps {runs[-1][2]:,}", flush=True)
+    return runs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="actor,learner,cartpole")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    rows = []
+    if "actor" in parts:
+        rows += actor_part(args.seconds)
+    if "learner" in parts:
+        rows += learner_part(args.seconds)
+    if rows:
+        timing.print_table(["path", "full", "bare", "ratio full/bare", "target >= 0.9"], rows)
+    if "cartpole" in parts:
+        runs = cartpole_part()
+        print(f"CartPole to solved (median of 3 seeds): wall "
+              f"{statistics.median(r[1] for r in runs):.0f} s, env steps "
+              f"{statistics.median(r[2] for r in runs):,.0f}, solved {sum(r[0] for r in runs)}/3")
+
+
+if __name__ == "__main__":
+    main()
