@@ -1,18 +1,11 @@
 """Ape-X on one host: wires actors, replay, learner and evaluator threads, and runs them.
 
-Horgan et al. 2018 (arXiv:1803.00933). The main thread only watches: it prints the progress
-line, writes metrics and checkpoints, and stops everything on the budget, on solving, on Ctrl-C
-(with a final checkpoint) or on the first exception of any thread (re-raised, non-zero exit).
+Horgan et al. 2018 (arXiv:1803.00933). The main thread only watches (`agents.driver`).
 """
 
 import dataclasses
 import functools
-import json
-import math
 import os
-import queue
-import threading
-import time
 from typing import Callable
 
 import jax
@@ -21,12 +14,12 @@ import numpy as np
 from agents import checkpoint, sharding
 from agents.apex.actor import ApexActor, exploration_epsilons
 from agents.apex.config import ApexConfig
-from agents.apex.learner import ApexLearner, TrainingState, init_state, make_optimizer
+from agents.apex.learner import ApexLearner, init_state, make_optimizer
 from agents.apex.network import QNetwork
 from agents.apex.nstep import NStepBuilder
+from agents.driver import Driver
 from agents.envs import EnvInfo, EnvSettings, env_info, make_env
-from agents.evaluation import evaluate
-from agents.logger import MetricsLogger, plot_learning_curve
+from agents.evaluation import Evaluator
 from agents.param_server import ParamServer
 from agents.rate_limiter import SampleToInsertRatio
 from agents.runner import ThreadRunner
@@ -112,9 +105,6 @@ class ApexAgent:
         self.learner = ApexLearner(config, self.network, self.replay, self.param_server, state,
                                    self.mesh, self.limiter)
         self.policy = jax.jit(self.network.apply)
-        self.evals: queue.Queue = queue.Queue()
-        self.solved = threading.Event()
-        self.eval_history: list[dict] = []
 
     def _actors(self) -> list[ApexActor]:
         config, info = self.config, self.info
@@ -132,27 +122,6 @@ class ApexAgent:
                 config.actor_update_period, seed=config.seed * 1_000 + i, limiter=self.limiter))
         return actors
 
-    def _evaluator(self, stop: threading.Event) -> None:
-        settings = actor_env_settings(self.config, 0).for_evaluation(self.config.eval_episodes)
-        env = make_env(settings)
-        next_eval = (self.learner.updates // self.config.eval_period + 1) * self.config.eval_period
-        while not stop.is_set():
-            if self.learner.updates < next_eval:
-                stop.wait(0.05)
-                continue
-            updates, env_steps = self.learner.updates, self.stats.get("env_steps")
-            _, params = self.param_server.latest()
-            returns = evaluate(env, self.policy, params)
-            self.evals.put(dict(updates=updates, env_steps=env_steps,
-                                mean_return=float(np.mean(returns)),
-                                min_return=float(np.min(returns))))
-            if np.mean(returns) >= self.config.solved_return:
-                self.solved.set()
-                stop.set()
-            next_eval = (self.learner.updates // self.config.eval_period + 1) * \
-                self.config.eval_period
-        env.close()
-
     def save(self) -> str:
         """Checkpoints learner state, optimizer state, counters and the replay contents."""
         state = self.learner.host_state()
@@ -163,70 +132,20 @@ class ApexAgent:
             self.replay if self.config.checkpoint_replay else None)
 
     def run(self) -> dict:
+        """Trains until the budget, the solved line, Ctrl-C or a thread failure."""
         config = self.config
-        os.makedirs(config.run_dir, exist_ok=True)
-        with open(os.path.join(config.run_dir, "config.json"), "w") as f:
-            json.dump(dataclasses.asdict(config), f, indent=2, sort_keys=True,
-                      default=lambda x: None if isinstance(x, float) and math.isinf(x) else x)
-        logger = MetricsLogger(config.run_dir)
+        eval_settings = actor_env_settings(config, 0).for_evaluation(config.eval_episodes)
+        evaluator = Evaluator(lambda: make_env(eval_settings), self.policy, self.param_server,
+                              lambda: self.learner.updates, lambda: self.stats.get("env_steps"),
+                              config.eval_period, config.solved_return)
         runner = ThreadRunner()
         runner.start("prefetch", self.learner.prefetch)
         runner.start("learner", self.learner.run)
         for actor in self._actors():
             runner.start(f"actor-{actor.actor_id}", actor.run)
-        runner.start("evaluator", self._evaluator)
+        runner.start("evaluator", evaluator.run)
         if self.resumed_from:
             self.print(f"resumed from {self.resumed_from}")
-        start, last = time.monotonic(), (time.monotonic(), self.stats.snapshot(),
-                                         self.learner.updates)
-        last_checkpoint, last_eval, interrupted = time.monotonic(), float("nan"), False
-        try:
-            while not runner.wait(config.log_period_s):
-                last, last_eval = self._report(logger, start, last, last_eval)
-                if self.stats.get("env_steps") >= config.total_env_steps:
-                    break
-                if time.monotonic() - last_checkpoint >= config.checkpoint_period_s:
-                    self.save()
-                    last_checkpoint = time.monotonic()
-        except KeyboardInterrupt:
-            interrupted = True
-            self.print("interrupted: stopping threads and writing a checkpoint")
-        finally:
-            # Re-raises the first thread failure (after stopping every thread).
-            runner.stop()
-        self._report(logger, start, last, last_eval)
-        path = self.save()
-        logger.close()
-        plot_learning_curve(config.run_dir)
-        summary = dict(self.stats.snapshot(), updates=self.learner.updates,
-                       solved=self.solved.is_set(), interrupted=interrupted,
-                       wall_s=time.monotonic() - start, checkpoint=path,
-                       eval_history=self.eval_history)
-        self.print(f"done: solved={summary['solved']} env_steps={summary.get('env_steps', 0):,} "
-                   f"updates={summary['updates']:,} in {summary['wall_s']:.0f} s; "
-                   f"checkpoint {path}")
-        return summary
-
-    def _report(self, logger, start, last, last_eval):
-        """Drains evaluation results, prints the progress line, writes the train metrics."""
-        now, snapshot, updates = time.monotonic(), self.stats.snapshot(), self.learner.updates
-        while not self.evals.empty():
-            result = self.evals.get()
-            self.eval_history.append(result)
-            logger.write("eval", result["updates"], result)
-            last_eval = result["mean_return"]
-        dt = max(now - last[0], 1e-9)
-        env_steps = snapshot.get("env_steps", 0)
-        fps = (env_steps - last[1].get("env_steps", 0)) / dt
-        ups = (updates - last[2]) / dt
-        replay_stats = self.replay.stats()
-        row = dict(env_steps=env_steps, env_steps_per_s=fps, updates=updates,
-                   updates_per_s=ups, replay_size=replay_stats["size"],
-                   episode_return=snapshot["episode_return"], eval_return=last_eval,
-                   **self.learner.host_metrics())
-        logger.write("train", updates, row)
-        self.print(f"[apex {now - start:6.0f}s] env steps {env_steps:>10,} ({fps:7,.0f}/s) | "
-                   f"updates {updates:>8,} ({ups:5.1f}/s) | replay {replay_stats['size']:>9,} | "
-                   f"return {snapshot['episode_return']:8.2f} | eval {last_eval:8.2f} | "
-                   f"loss {row.get('loss', float('nan')):.4f}")
-        return (now, snapshot, updates), last_eval
+        driver = Driver("apex", config, self.stats, self.learner, evaluator, self.save,
+                        lambda: dict(replay_size=len(self.replay)), self.print)
+        return driver.run(runner)

@@ -1,0 +1,107 @@
+"""The main thread of a run: progress line, metrics, checkpoints and stop conditions.
+
+Worker threads (actors, learner, evaluator) run under a `ThreadRunner`; this loop only watches.
+It stops on the env-step budget, when the evaluator reports the solved line, on Ctrl-C or
+SIGTERM (then writes a final checkpoint), or re-raises the first failure of any thread.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Callable
+
+from agents.evaluation import Evaluator
+from agents.logger import MetricsLogger, plot_learning_curve
+from agents.runner import ThreadRunner
+from agents.stats import RunStats
+
+
+def save_config(config: Any, run_dir: str) -> None:
+    """Writes the full config beside the results (`config.json`)."""
+    os.makedirs(run_dir, exist_ok=True)
+    values = {k: (None if isinstance(v, float) and math.isinf(v) else v)
+              for k, v in dataclasses.asdict(config).items()}
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(values, f, indent=2, sort_keys=True)
+
+
+class Driver:
+    """Watches a run from the main thread.
+
+    Args:
+      name: short agent name for the progress line.
+      config: the run's config (run_dir, log_period_s, checkpoint_period_s, total_env_steps).
+      stats: shared counters; `env_steps` drives the budget.
+      learner: has `.updates` and `.host_metrics()`.
+      evaluator: the run's evaluator (its results are logged; its `solved` ends the run).
+      save: writes a checkpoint and returns its path.
+      status: extra values for the metrics row and the progress line, e.g. replay size.
+      print_fn: where progress lines go.
+    """
+
+    def __init__(self, name: str, config: Any, stats: RunStats, learner: Any,
+                 evaluator: Evaluator, save: Callable[[], str],
+                 status: Callable[[], dict[str, float]], print_fn: Callable):
+        self.name, self.config, self.stats, self.learner = name, config, stats, learner
+        self.evaluator, self.save, self.status, self.print = evaluator, save, status, print_fn
+        self.eval_history: list[dict] = []
+        self._last_eval = float("nan")
+
+    def run(self, runner: ThreadRunner) -> dict:
+        """Runs until a stop condition; returns the run's summary."""
+        config = self.config
+        save_config(config, config.run_dir)
+        logger = MetricsLogger(config.run_dir)
+        start = time.monotonic()
+        last = (start, self.stats.get("env_steps"), self.learner.updates)
+        last_checkpoint, interrupted = start, False
+        try:
+            while not runner.wait(config.log_period_s):
+                last = self._report(logger, start, last)
+                if self.stats.get("env_steps") >= config.total_env_steps:
+                    break
+                if time.monotonic() - last_checkpoint >= config.checkpoint_period_s:
+                    self.save()
+                    last_checkpoint = time.monotonic()
+        except KeyboardInterrupt:
+            interrupted = True
+            self.print("interrupted: stopping threads and writing a checkpoint")
+        finally:
+            runner.stop()  # re-raises the first thread failure, after stopping every thread
+        self._report(logger, start, last)
+        path = self.save()
+        logger.close()
+        plot_learning_curve(config.run_dir)
+        summary = dict(self.stats.snapshot(), updates=self.learner.updates,
+                       solved=self.evaluator.solved.is_set(), interrupted=interrupted,
+                       wall_s=time.monotonic() - start, checkpoint=path,
+                       eval_history=self.eval_history)
+        self.print(f"done: solved={summary['solved']} env_steps={summary.get('env_steps', 0):,} "
+                   f"updates={summary['updates']:,} in {summary['wall_s']:.0f} s; "
+                   f"checkpoint {path}")
+        return summary
+
+    def _report(self, logger: MetricsLogger, start: float, last: tuple) -> tuple:
+        """Logs evaluation results, prints the progress line, writes the train metrics."""
+        while not self.evaluator.results.empty():
+            result = self.evaluator.results.get()
+            self.eval_history.append(result)
+            logger.write("eval", result["updates"], result)
+            self._last_eval = result["mean_return"]
+        now, snapshot, updates = time.monotonic(), self.stats.snapshot(), self.learner.updates
+        env_steps = snapshot.get("env_steps", 0)
+        dt = max(now - last[0], 1e-9)
+        fps, ups = (env_steps - last[1]) / dt, (updates - last[2]) / dt
+        status = self.status()
+        row = dict(env_steps=env_steps, env_steps_per_s=fps, updates=updates,
+                   updates_per_s=ups, episode_return=snapshot["episode_return"],
+                   eval_return=self._last_eval, **status, **self.learner.host_metrics())
+        logger.write("train", updates, row)
+        extra = " | ".join(f"{k.replace('_', ' ')} {v:,.6g}" for k, v in status.items())
+        self.print(f"[{self.name} {now - start:6.0f}s] env steps {env_steps:>10,} ({fps:7,.0f}/s)"
+                   f" | updates {updates:>8,} ({ups:5.1f}/s) | {extra} | return "
+                   f"{snapshot['episode_return']:8.2f} | eval {self._last_eval:8.2f} | loss "
+                   f"{row.get('loss', float('nan')):.4f}")
+        return now, env_steps, updates
