@@ -28,7 +28,7 @@ envpool facts the actors rely on (envpool 1.2.5, verified):
 
 import dataclasses
 import difflib
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import envpool
 import numpy as np
@@ -218,3 +218,22 @@ def make_env(settings: EnvSettings):
       An envpool `GymnasiumEnvPool`; `env.config` holds the settings envpool applied.
     """
     return envpool.make(settings.env_id, env_type="gymnasium", **settings.envpool_kwargs())
+
+
+def actor_env_settings(config: Any, actor_id: int) -> EnvSettings:
+    """The envs of one actor of an agent config (Ape-X's or IMPALA's); each actor gets its own
+    block of seeds.
+
+    Args:
+      config: has env, envs_per_actor, actor_batch_size, seed, max_episode_steps (0 = the env's
+        own) and the Atari settings episodic_life, reward_clip, noop_max,
+        repeat_action_probability and max_episode_frames.
+      actor_id: the actor's index.
+    """
+    return EnvSettings(
+        env_id=config.env, num_envs=config.envs_per_actor, batch_size=config.actor_batch_size,
+        seed=config.seed * 1_000 + actor_id * config.envs_per_actor,
+        max_episode_steps=config.max_episode_steps or None, episodic_life=config.episodic_life,
+        reward_clip=config.reward_clip, noop_max=config.noop_max,
+        repeat_action_probability=config.repeat_action_probability,
+        max_episode_frames=config.max_episode_frames)

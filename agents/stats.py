@@ -3,6 +3,8 @@
 import collections
 import threading
 
+import numpy as np
+
 
 class RunStats:
     """Thread-safe run counters and the returns of recently finished episodes.
@@ -44,3 +46,19 @@ class RunStats:
     def load_state_dict(self, counts: dict[str, int]) -> None:
         with self._lock:
             self._counts = collections.Counter({k: int(v) for k, v in counts.items()})
+
+
+class EpisodeReturns:
+    """One actor's running per-env returns; finished episodes and env steps go to `stats`."""
+
+    def __init__(self, num_envs: int, stats: RunStats):
+        self._returns = np.zeros(num_envs)
+        self._stats = stats
+
+    def step(self, env_ids: np.ndarray, rewards: np.ndarray, ended: np.ndarray) -> None:
+        """Adds one recv batch: `[B]` env ids, rewards and episode-end flags."""
+        self._returns[env_ids] += rewards
+        if ended.any():
+            self._stats.episodes_done(self._returns[env_ids[ended]])
+            self._returns[env_ids[ended]] = 0.0
+        self._stats.add(env_steps=len(env_ids))

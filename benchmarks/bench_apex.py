@@ -23,11 +23,11 @@ import numpy as np
 
 from agents import sharding
 from agents.apex.actor import ApexActor, exploration_epsilons
-from agents.apex.agent import ApexAgent, actor_env_settings, make_network, make_replay
+from agents.apex.agent import ApexAgent, make_network, make_replay
 from agents.apex.config import ApexConfig
 from agents.apex.learner import ApexLearner, init_state, make_optimizer, make_update
 from agents.apex.nstep import NStepBuilder
-from agents.envs import env_info, make_env
+from agents.envs import actor_env_settings, env_info, make_env
 from agents.param_server import ParamServer
 from agents.stats import RunStats
 

@@ -15,7 +15,7 @@ import numpy as np
 from agents.apex.nstep import NStepBuilder
 from agents.param_server import ParamServer
 from agents.rate_limiter import SampleToInsertRatio
-from agents.stats import RunStats
+from agents.stats import EpisodeReturns, RunStats
 from replay.prioritized import PrioritizedReplay
 
 
@@ -94,7 +94,7 @@ class ApexActor:
         env = self._make_env()
         num_envs = len(self._epsilons)
         stream_offset = self.actor_id * num_envs
-        returns = np.zeros(num_envs)
+        returns = EpisodeReturns(num_envs, self._stats)
         version, params = self._param_server.latest()
         steps_since_pull = 0
         env.async_reset()
@@ -117,12 +117,7 @@ class ApexActor:
                     self._local_count += len(priorities)
                     if self._local_count >= self._local_buffer_size:
                         self._flush(stop)
-                returns[env_ids] += reward
-                done = terminated | truncated
-                if done.any():
-                    self._stats.episodes_done(returns[env_ids[done]])
-                    returns[env_ids[done]] = 0.0
+                returns.step(env_ids, reward, terminated | truncated)
                 steps_since_pull += len(env_ids)
-                self._stats.add(env_steps=len(env_ids))
         finally:
             env.close()

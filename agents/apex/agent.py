@@ -18,7 +18,7 @@ from agents.apex.learner import ApexLearner, init_state, make_optimizer
 from agents.apex.network import QNetwork
 from agents.apex.nstep import NStepBuilder
 from agents.driver import Driver
-from agents.envs import EnvInfo, EnvSettings, env_info, make_env
+from agents.envs import EnvInfo, actor_env_settings, env_info, make_env
 from agents.evaluation import Evaluator
 from agents.param_server import ParamServer
 from agents.rate_limiter import SampleToInsertRatio
@@ -26,17 +26,6 @@ from agents.runner import ThreadRunner
 from agents.stats import RunStats
 from replay.frames import FrameStackStorage
 from replay.prioritized import PrioritizedReplay
-
-
-def actor_env_settings(config: ApexConfig, actor_id: int) -> EnvSettings:
-    """The envs of one actor; each actor gets its own block of seeds."""
-    return EnvSettings(
-        env_id=config.env, num_envs=config.envs_per_actor, batch_size=config.actor_batch_size,
-        seed=config.seed * 1_000 + actor_id * config.envs_per_actor, num_threads=None,
-        max_episode_steps=config.max_episode_steps or None, episodic_life=config.episodic_life,
-        reward_clip=config.reward_clip, noop_max=config.noop_max,
-        repeat_action_probability=config.repeat_action_probability,
-        max_episode_frames=config.max_episode_frames)
 
 
 def make_network(config: ApexConfig, info: EnvInfo) -> QNetwork:

@@ -1,8 +1,9 @@
 """The IMPALA actor-critic loss with V-trace targets.
 
 Espeholt et al. 2018 (arXiv:1802.01561), Sec. 4.2: the value function regresses the V-trace
-targets v_s of eq. (1), the policy follows rho_s grad log pi(a_s|x_s) (r_s + gamma v_{s+1} - V(x_s)),
-and an entropy bonus keeps it from collapsing early. The three terms are weighted and summed as in
+targets v_s of eq. (1), the policy follows
+rho_s grad log pi(a_s|x_s) (r_s + gamma v_{s+1} - V(x_s)), and an entropy bonus keeps it from
+collapsing early. The three terms are weighted and summed as in
 the paper's reference implementation (scalable_agent):
 
     loss = pg_loss + baseline_cost * baseline_loss + entropy_cost * entropy_loss,

@@ -1,4 +1,4 @@
-"""Fixed-length IMPALA unrolls with behaviour logits, built per env stream from envpool's recv stream.
+"""Fixed-length IMPALA unrolls with behaviour logits, cut from envpool's per-env recv streams.
 
 IMPALA actors (Espeholt et al. 2018, arXiv:1802.01561, Sec. 3) run the behaviour policy mu for
 T = `unroll_length` steps per env and send the trajectory x_0, a_0, r_1, ..., x_T with mu's
@@ -256,7 +256,7 @@ class UnrollBuilder:
                       behaviour_logits=self._logits[ed, :t_len],
                       param_versions=self._versions[ed, :t_len], env_ids=ed.astype(np.int64))
         # Row T carries over as row 0 of the next unroll; `_last_final` already describes it.
-        for buffer in (self._obs, self._logits, self._versions):
+        for buffer in (self._obs, self._actions, self._logits, self._versions):
             buffer[ed, 0] = buffer[ed, t_len]
         self._fill[ed] = 1
         return out

@@ -1,0 +1,94 @@
+"""IMPALA actors: threads that act with the latest policy and send unrolls to the learner.
+
+Espeholt et al. 2018 (arXiv:1802.01561), Sec. 3: an actor runs the behaviour policy mu (the
+parameters it last pulled), records its logits with each step, and sends fixed-length unrolls
+into a bounded queue; when the learner falls behind, the actor waits instead of piling up data.
+"""
+
+import queue
+import threading
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from agents.impala.unroll import UnrollBuilder, Unrolls
+from agents.param_server import ParamServer
+from agents.stats import EpisodeReturns, RunStats
+
+
+def make_policy(network: nn.Module) -> Callable:
+    """Jitted `(params, obs [B, ...], key, step) -> (actions [B] int32, logits [B, A])`."""
+
+    @jax.jit
+    def policy(params, obs, key, step):
+        logits, _ = network.apply(params, obs)
+        actions = jax.random.categorical(jax.random.fold_in(key, step), logits)
+        return actions.astype(jax.numpy.int32), logits
+
+    return policy
+
+
+def put_until_stopped(q: queue.Queue, item, stop: threading.Event) -> bool:
+    """Blocks while `q` is full (backpressure); gives up when the run stops. True if put."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def split_unrolls(unrolls: Unrolls) -> list[Unrolls]:
+    """One `Unrolls` of K=1 per completed unroll, so the queue bounds unrolls, not groups."""
+    return [Unrolls(*(field[k:k + 1] for field in unrolls)) for k in range(len(unrolls.env_ids))]
+
+
+class ImpalaActor:
+    """One actor thread over one envpool instance.
+
+    Args:
+      actor_id: index of this actor.
+      make_env: returns this actor's envpool env (gymnasium API, async).
+      policy: from `make_policy`.
+      builder: the actor's unroll builder.
+      unrolls: the bounded queue to the learner.
+      param_server: source of parameters; pulled before every step (a reference read).
+      stats: shared counters (env_steps, episodes and returns).
+      seed: seed of the sampling key.
+    """
+
+    def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
+                 builder: UnrollBuilder, unrolls: queue.Queue, param_server: ParamServer,
+                 stats: RunStats, seed: int):
+        self.actor_id = actor_id
+        self._make_env, self._policy, self._builder = make_env, policy, builder
+        self._unrolls, self._param_server, self._stats = unrolls, param_server, stats
+        self._key = jax.random.PRNGKey(seed)
+        self.put_wait_s = 0.0
+
+    def run(self, stop: threading.Event) -> None:
+        env = self._make_env()
+        returns = EpisodeReturns(self._builder.num_envs, self._stats)
+        env.async_reset()
+        step = 0
+        try:
+            while not stop.is_set():
+                obs, reward, terminated, truncated, info = env.recv()
+                env_ids = info["env_id"]
+                version, params = self._param_server.latest()
+                actions, logits = self._policy(params, obs, self._key, step)
+                actions, logits = np.asarray(actions), np.asarray(logits)
+                env.send(actions, env_ids)
+                step += 1
+                done = self._builder.step(env_ids, obs, reward, terminated, truncated, actions,
+                                          logits, version)
+                if done is not None:
+                    for unroll in split_unrolls(done):
+                        if not put_until_stopped(self._unrolls, unroll, stop):
+                            return
+                returns.step(env_ids, reward, terminated | truncated)
+        finally:
+            env.close()

@@ -1,0 +1,105 @@
+"""IMPALA on one host: wires actor threads, the unroll queue, learner and evaluator, and runs them.
+
+Espeholt et al. 2018 (arXiv:1802.01561). The main thread only watches (`agents.driver`).
+"""
+
+import dataclasses
+import functools
+import os
+import queue
+from typing import Callable
+
+import jax
+import numpy as np
+
+from agents import checkpoint, sharding
+from agents.driver import Driver
+from agents.envs import EnvInfo, actor_env_settings, env_info, make_env
+from agents.evaluation import Evaluator
+from agents.impala.actor import ImpalaActor, make_policy
+from agents.impala.config import ImpalaConfig
+from agents.impala.learner import ImpalaLearner, init_state, make_optimizer
+from agents.impala.network import PolicyValueNetwork
+from agents.impala.unroll import UnrollBuilder
+from agents.param_server import ParamServer
+from agents.runner import ThreadRunner
+from agents.stats import RunStats
+
+
+def make_network(config: ImpalaConfig, info: EnvInfo) -> PolicyValueNetwork:
+    if config.torso == "mlp":
+        torso_kwargs = dict(hidden_sizes=config.mlp_hidden_sizes)
+    else:
+        torso_kwargs = dict(norm=config.norm, num_groups=config.num_groups)
+    return PolicyValueNetwork(info.num_actions, config.torso, tuple(torso_kwargs.items()),
+                              stack_axis_first=info.channels_first)
+
+
+class ImpalaAgent:
+    """Everything of one IMPALA run; `run()` trains until a stop condition, returns a summary.
+
+    Args:
+      config: the run's settings.
+      learner_devices: devices the learner's batch is split over (default: all local devices).
+      print_fn: where progress lines go.
+    """
+
+    def __init__(self, config: ImpalaConfig, learner_devices=None,
+                 print_fn: Callable = functools.partial(print, flush=True)):
+        self.config, self.print = config, print_fn
+        self.info = env_info(actor_env_settings(config, 0))
+        self.network = make_network(config, self.info)
+        self.mesh = sharding.learner_mesh(learner_devices)
+        self.stats = RunStats()
+        self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
+        state = init_state(self.network, make_optimizer(config),
+                           np.zeros(self.info.obs_shape, self.info.obs_dtype),
+                           jax.random.PRNGKey(config.seed))
+        self.resumed_from = None
+        if config.resume and (path := checkpoint.latest_checkpoint(self.checkpoint_dir)):
+            state, meta = checkpoint.restore_checkpoint(path, state)
+            self.stats.load_state_dict(meta["counters"])
+            self.resumed_from = path
+        self.unrolls: queue.Queue = queue.Queue(maxsize=config.queue_size)
+        self.param_server = ParamServer(device=jax.local_devices()[0])
+        self.learner = ImpalaLearner(config, self.network, self.unrolls, self.param_server,
+                                     state, self.mesh)
+        self.policy = make_policy(self.network)
+        self.greedy_scores = jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
+
+    def _actors(self) -> list[ImpalaActor]:
+        config, info = self.config, self.info
+        return [ImpalaActor(
+            i, lambda s=actor_env_settings(config, i): make_env(s), self.policy,
+            UnrollBuilder(config.envs_per_actor, config.unroll_length, config.discount,
+                          info.obs_shape, info.obs_dtype, info.num_actions),
+            self.unrolls, self.param_server, self.stats, seed=config.seed * 1_000 + i)
+            for i in range(config.num_actors)]
+
+    def save(self) -> str:
+        """Checkpoints learner state, optimizer state and counters."""
+        state = self.learner.host_state()
+        meta = dict(counters=self.stats.state_dict(), config=dataclasses.asdict(self.config),
+                    updates=int(state.steps))
+        return checkpoint.save_checkpoint(self.checkpoint_dir, int(state.steps), state, meta)
+
+    def run(self) -> dict:
+        """Trains until the budget, the solved line, Ctrl-C or a thread failure."""
+        config = self.config
+        eval_settings = actor_env_settings(config, 0).for_evaluation(config.eval_episodes)
+        evaluator = Evaluator(lambda: make_env(eval_settings), self.greedy_scores,
+                              self.param_server, lambda: self.learner.updates,
+                              lambda: self.stats.get("env_steps"), config.eval_period,
+                              config.solved_return)
+        runner = ThreadRunner()
+        runner.start("learner", self.learner.run)
+        for actor in self._actors():
+            runner.start(f"actor-{actor.actor_id}", actor.run)
+        runner.start("evaluator", evaluator.run)
+        if self.resumed_from:
+            self.print(f"resumed from {self.resumed_from}")
+        driver = Driver("impala", config, self.stats, self.learner, evaluator, self.save,
+                        lambda: dict(queue=self.unrolls.qsize(),
+                                     policy_lag=self.learner.lag["policy_lag_mean"]),
+                        self.print)
+        return driver.run(runner)

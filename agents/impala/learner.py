@@ -1,0 +1,150 @@
+"""The IMPALA learner: dynamic batching of unrolls, one data-parallel V-trace update.
+
+Espeholt et al. 2018 (arXiv:1802.01561), Sec. 3 and 4: the learner takes batches of unrolls
+from the actors' queue as they come, corrects the policy lag with V-trace, and publishes its
+parameters back to the actors.
+"""
+
+import queue
+import threading
+import time
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agents import sharding
+from agents.impala.config import ImpalaConfig
+from agents.impala.losses import impala_loss
+from agents.impala.unroll import Unrolls, stack_unrolls
+from agents.param_server import ParamServer
+
+
+class TrainingState(NamedTuple):
+    params: Any
+    opt_state: Any
+    steps: jax.Array  # [] int32 updates applied
+
+
+def make_optimizer(config: ImpalaConfig) -> optax.GradientTransformation:
+    """Global-norm clipping, then RMSProp (or Adam) with the rate annealed linearly to 0.
+
+    RMSProp follows the TensorFlow optimizer the paper's implementation used: epsilon inside
+    the square root, sqrt(E[g^2] + eps) (optax's `eps_in_sqrt=True`), no momentum. With the
+    paper's eps = 0.01 this bounds the step for tiny gradients, which eps outside the root would
+    not do as strongly.
+    """
+    schedule = optax.linear_schedule(config.learning_rate, 0.0, config.total_updates)
+    if config.optimizer == "rmsprop":
+        opt = optax.rmsprop(schedule, decay=config.rms_decay, eps=config.optimizer_epsilon,
+                            eps_in_sqrt=True)
+    else:
+        opt = optax.adam(schedule, eps=config.optimizer_epsilon)
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), opt)
+
+
+def init_state(network: nn.Module, optimizer: optax.GradientTransformation,
+               sample_obs: np.ndarray, key: jax.Array) -> TrainingState:
+    params = network.init(key, sample_obs[None])
+    return TrainingState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+
+def make_update(network: nn.Module, optimizer: optax.GradientTransformation,
+                config: ImpalaConfig, mesh: jax.sharding.Mesh):
+    """`update(state, batch) -> (state, metrics)` over unrolls `[B, T(+1), ...]` split on B."""
+
+    def loss_fn(params, batch):
+        time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)  # [T(+1), b, ...]
+        logits, values = network.apply(params, time_major["obs"])  # [T+1, b, A], [T+1, b]
+        loss, metrics = impala_loss(
+            logits[:-1], values, time_major["actions"], time_major["behaviour_logits"],
+            time_major["rewards"], time_major["discounts"], time_major["episode_ends"],
+            time_major["masks"], baseline_cost=config.baseline_cost,
+            entropy_cost=config.entropy_cost, lambda_=config.lambda_,
+            clip_rho_threshold=config.rho_bar, clip_c_threshold=config.c_bar,
+            clip_pg_rho_threshold=config.pg_rho_bar, reduction="sum")
+        # The reduction is over the whole batch, not each device's shard: a sum needs no
+        # normalizer, a mean divides by the real steps of all shards together.
+        if config.reduction == "mean":
+            loss = loss / jnp.maximum(
+                jax.lax.psum(jnp.sum(time_major["masks"]), sharding.BATCH_AXIS), 1.0)
+        return loss, metrics
+
+    def update(state: TrainingState, batch):
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(
+            sharding.per_device(state.params), batch)
+        grads = jax.lax.psum(grads, sharding.BATCH_AXIS)  # each shard holds part of the sum
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = jax.lax.pmean(dict(metrics, grad_norm=optax.tree.norm(grads)),
+                                sharding.BATCH_AXIS)
+        return TrainingState(params, opt_state, state.steps + 1), metrics
+
+    return sharding.data_parallel(update, mesh, per_example_output=False)
+
+
+class ImpalaLearner:
+    """Takes unrolls from the queue in batches and updates, in its own thread.
+
+    Args:
+      config: the run's settings.
+      network: the policy-value network.
+      unrolls: the bounded queue the actors put single unrolls (`Unrolls` with K=1) into.
+      param_server: where parameters are published for the actors.
+      state: initial (or restored) `TrainingState`.
+      mesh: the learner devices.
+    """
+
+    def __init__(self, config: ImpalaConfig, network: nn.Module, unrolls: queue.Queue,
+                 param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh):
+        sharding.check_divisible(config.batch_size, mesh)
+        self.config, self.unrolls, self.param_server, self.mesh = (
+            config, unrolls, param_server, mesh)
+        self.state = sharding.put_replicated(state, mesh)
+        self._update = make_update(network, make_optimizer(config), config, mesh)
+        self._state_lock = threading.Lock()  # see ApexLearner: the update donates the state
+        self.updates = int(state.steps)
+        self.version = self.param_server.publish(state.params)
+        self.metrics: dict[str, Any] = {}
+        self.lag = dict(policy_lag_mean=float("nan"), policy_lag_max=float("nan"))
+        self.wait_s = 0.0
+
+    def _next_batch(self, stop: threading.Event) -> Unrolls | None:
+        """Dynamic batching: the next `batch_size` unrolls, whichever actors sent them."""
+        parts = []
+        start = time.perf_counter()
+        while len(parts) < self.config.batch_size:
+            try:
+                parts.append(self.unrolls.get(timeout=0.1))
+            except queue.Empty:
+                if stop.is_set():
+                    return None
+        self.wait_s += time.perf_counter() - start
+        return stack_unrolls(parts)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            batch = self._next_batch(stop)
+            if batch is None:
+                return
+            lag = self.version - batch.param_versions  # [B, T] learner minus acting version
+            fields = batch._asdict()
+            del fields["param_versions"], fields["env_ids"]
+            # Transfers for the learner stay in the learner's thread.
+            on_device = sharding.put_batch(fields, self.mesh)
+            with self._state_lock:
+                self.state, self.metrics = self._update(self.state, on_device)
+            self.updates += 1
+            if self.updates % self.config.publish_period == 0:
+                self.version = self.param_server.publish(self.state.params)
+            self.lag = dict(policy_lag_mean=float(lag.mean()), policy_lag_max=float(lag.max()))
+
+    def host_state(self) -> TrainingState:
+        with self._state_lock:
+            return jax.device_get(self.state)
+
+    def host_metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.metrics.items()} | self.lag

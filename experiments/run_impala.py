@@ -1,0 +1,20 @@
+"""IMPALA on one host (Espeholt et al. 2018, arXiv:1802.01561).
+
+    python experiments/run_impala.py --flagfile=experiments/configs/impala_cartpole.cfg
+    python experiments/run_impala.py --flagfile=experiments/configs/impala_atari.cfg --norm=group
+
+Every field of agents.impala.config.ImpalaConfig is a flag. Invalid values stop the run before
+anything starts; a failure in any thread stops it with that thread's traceback and exit code 1;
+Ctrl-C stops it cleanly with a final checkpoint (resume with --resume).
+"""
+
+from absl import app
+
+from agents.impala.agent import ImpalaAgent
+from agents.impala.config import ImpalaConfig
+from agents.launch import make_main
+
+main = make_main(ImpalaConfig, ImpalaAgent)
+
+if __name__ == "__main__":
+    app.run(main)
