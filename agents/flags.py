@@ -17,17 +17,31 @@ Config = TypeVar("Config")
 
 
 def _field_help(cls: type) -> dict[str, str]:
-    """The `name: text` lines of the class docstring's Attributes section."""
-    helps, current = {}, None
-    for line in (cls.__doc__ or "").splitlines():
-        match = re.match(r"^\s{4}(\w+): (.*)$", line)
-        if match:
+    """The `name: text` lines of the Attributes sections of the class and its bases."""
+    helps = {}
+    for klass in reversed(cls.__mro__):  # a subclass's text wins
+        helps.update(_attributes(klass.__doc__ or ""))
+    return helps
+
+
+def _attributes(doc: str) -> dict[str, str]:
+    """Parses a Google-style `Attributes:` section: `name: text`, continued on deeper lines."""
+    helps, current, indent = {}, None, None
+    lines = doc.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() == "Attributes:"]
+    for line in lines[starts[0] + 1:] if starts else []:
+        if not line.strip():
+            break
+        depth = len(line) - len(line.lstrip())
+        indent = depth if indent is None else indent
+        match = re.match(r"^(\w+): (.*)$", line.strip())
+        if depth == indent and match:
             current = match.group(1)
-            helps[current] = match.group(2).strip()
-        elif current and line.strip() and line.startswith(" " * 6):
+            helps[current] = match.group(2)
+        elif depth > indent and current:
             helps[current] += " " + line.strip()
         else:
-            current = None
+            break
     return helps
 
 
@@ -69,3 +83,11 @@ def config_from_flags(cls: type[Config], flag_values: flags.FlagValues = flags.F
         values[field.name] = value
     values.update(overrides)
     return cls(**values)
+
+
+def config_from_flagfile(cls: type[Config], path: str, **overrides: Any) -> Config:
+    """`cls` from a flagfile, parsed as the launchers parse it (for tests, notebooks, scripts)."""
+    flag_values = flags.FlagValues()
+    define_flags(cls, flag_values)
+    flag_values(["config", f"--flagfile={path}"])
+    return config_from_flags(cls, flag_values, **overrides)

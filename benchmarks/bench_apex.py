@@ -36,13 +36,14 @@ ATARI = ApexConfig(env="Pong-v5", num_actors=1, envs_per_actor=16, actor_batch_s
                    dueling=True, head_hidden_sizes=(512,))
 
 
-def bare_actor_fps(config, policy, params, seconds):
+def bare_actor_fps(config, act, seconds):
+    """Frames/s of envpool and `act(obs) -> actions` with nothing else (the bare peer)."""
     env = make_env(actor_env_settings(config, 0))
     env.async_reset()
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         obs, _, _, _, info = env.recv()
-        actions = np.argmax(np.asarray(policy(params, obs)), axis=-1).astype(np.int32)
+        actions = act(obs)
         env.send(actions, info["env_id"])
         steps += len(actions)
     elapsed = time.perf_counter() - start
@@ -80,7 +81,8 @@ def actor_part(seconds):
     server.publish(params)
     bare, full = [], []
     for _ in range(2):  # alternated, so drift in machine load hits both
-        bare.append(bare_actor_fps(config, policy, params, seconds))
+        bare.append(bare_actor_fps(config, lambda obs: np.argmax(
+            np.asarray(policy(params, obs)), axis=-1).astype(np.int32), seconds))
         full.append(full_actor_fps(config, policy, server, info, seconds))
     ratio = statistics.median(full) / statistics.median(bare)
     return [["actor frames/s (Pong, Nature, 16 envs, batch 8)", statistics.median(full),
@@ -144,20 +146,8 @@ def learner_part(seconds):
 
 
 def cartpole_part():
-    from absl import flags
-    from agents.flags import config_from_flags, define_flags
-    flag_values = flags.FlagValues()
-    define_flags(ApexConfig, flag_values)
-    flag_values(["bench", "--flagfile=experiments/configs/apex_cartpole.cfg"])
-    runs = []
-    for seed in range(3):
-        config = config_from_flags(ApexConfig, flag_values, seed=seed,
-                                   run_dir=f"/tmp/bench_apex_cartpole_{seed}", log_period_s=30)
-        summary = ApexAgent(config, print_fn=lambda *a, **k: None).run()
-        runs.append((summary["solved"], summary["wall_s"], summary["env_steps"]))
-        print(f"seed {seed}: solved={runs[-1][0]} wall {runs[-1][1]:.0f} s, "
-              f"env steps {runs[-1][2]:,}", flush=True)
-    return runs
+    from bench_impala import solve_cartpole
+    return [solve_cartpole(ApexAgent, ApexConfig, "apex", seed) for seed in range(3)]
 
 
 def main():

@@ -16,19 +16,14 @@ Run from the repository root:
 import argparse
 import os
 import statistics
-import sys
 import time
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-try:
-    from ops.group_norm import GroupNorm
-except ImportError:  # run as a script from a checkout without `pip install -e .`
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from ops.group_norm import GroupNorm
+import timing  # noqa: F401  (puts the repository on sys.path)
+from ops.group_norm import GroupNorm
 
 SHAPES = ((32, 84, 84, 32), (32, 21, 21, 64))
 NUM_GROUPS = 32

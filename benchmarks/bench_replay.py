@@ -33,10 +33,7 @@ import time
 import numpy as np
 import psutil
 
-try:
-    import replay  # noqa: F401
-except ImportError:  # Run as a script from a checkout without an install.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import timing  # noqa: E402  (puts the repository on sys.path)
 
 from replay.frames import FrameStackStorage  # noqa: E402
 from replay.prioritized import PrioritizedReplay  # noqa: E402
@@ -226,15 +223,6 @@ def measure(names, capacity, args):
             c.process.kill()
 
 
-def print_table(header, rows):
-    """Prints rows as a Markdown table (pasteable into BUILD_NOTES.md)."""
-    cells = [header] + [[f"{c:.3g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    print("\n".join(lines))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=100_000, help="side-by-side capacity")
@@ -261,7 +249,7 @@ def main():
                      str(r["exact"])])
     print(f"Side by side at capacity {args.capacity}, add batches of {args.batch_size}, "
           f"sample+update of {SAMPLE_BATCH} (median of {args.repeats}); ratios against cpprb:")
-    print_table(["contender", "capacity", "add tr/s", "x cpprb", "sample+update /s", "x cpprb",
+    timing.print_table(["contender", "capacity", "add tr/s", "x cpprb", "sample+update /s", "x cpprb",
                  "RSS GiB", "x cpprb", "bytes/tr", "GiB at 1M", "exact"], rows)
     if base:
         targets = []
@@ -273,11 +261,11 @@ def main():
                          "met" if speed >= 1 else "missed"],
                         [name, "memory ours/cpprb <= 0.25", memory,
                          "met" if memory <= 0.25 else "missed"]]
-        print_table(["contender", "target", "value", "result"], targets)
+        timing.print_table(["contender", "target", "value", "result"], targets)
     if args.big_capacity:
         r = measure(["ours-chw"], args.big_capacity, args)["ours-chw"]
         print(f"ours-chw alone at capacity {args.big_capacity}:")
-        print_table(["capacity", "add tr/s", "sample+update /s", "RSS GiB", "bytes/tr",
+        timing.print_table(["capacity", "add tr/s", "sample+update /s", "RSS GiB", "bytes/tr",
                      "target RSS <= 8 GiB", "exact"],
                     [[r["capacity"], r["add_per_s"], r["sample_update_per_s"], r["rss"] / GiB,
                       r["rss"] / r["capacity"], "met" if r["rss"] <= 8 * GiB else "missed",

@@ -13,18 +13,13 @@ both together; the table shows how much each side keeps of its solo rate when sh
 
 import argparse
 import os
-import sys
 import threading
 import time
 
 import numpy as np
 
-try:
-    import replay  # noqa: F401
-except ImportError:  # Run as a script from a checkout without an install.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench_replay import SAMPLE_BATCH, AtariStreams, make_buffer, print_table  # noqa: E402
+import timing  # noqa: E402  (puts the repository on sys.path)
+from bench_replay import SAMPLE_BATCH, AtariStreams, make_buffer  # noqa: E402
 
 ADDERS, ADD_BATCH, PREMADE_BATCHES = 4, 64, 16
 
@@ -116,7 +111,8 @@ def main():
           f"update_priorities({SAMPLE_BATCH}); adders aim for "
           f"{args.add_rate or 'unlimited'} transitions/s; {args.duration:g} s per phase, "
           f"{os.cpu_count()} CPUs")
-    print_table(["phase", "transitions/s in", "batches/s out", "in vs alone", "out vs alone"],
+    timing.print_table(["phase", "transitions/s in", "batches/s out", "in vs alone",
+                        "out vs alone"],
                 [["adders alone", alone_in, "-", 1.0, "-"],
                  ["sampler alone", "-", alone_out, "-", 1.0],
                  ["together", together_in, together_out, together_in / alone_in,

@@ -13,17 +13,12 @@ Target: ours within 1.5x of cpprb (ratio ours/cpprb <= 1.5).
 """
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-try:
-    import replay  # noqa: F401
-except ImportError:  # Run as a script from a checkout without an install.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import timing  # noqa: E402  (puts the repository on sys.path)
 
 import cpprb  # noqa: E402
 
@@ -100,15 +95,6 @@ def bench_capacity(capacity, batch_size, repeats, warmup):
     return rows
 
 
-def print_table(header, rows):
-    """Prints rows as a Markdown table (pasteable into BUILD_NOTES.md)."""
-    cells = [header] + [[f"{c:.3g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    print("\n".join(lines))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5000, help="timed calls per op")
@@ -120,7 +106,7 @@ def main():
         rows += bench_capacity(capacity, args.batch_size, args.repeats, args.warmup)
     print("cpprb sample() also gathers the tiny items and computes IS weights; cpprb stores "
           "priorities as float32, ours as float64.")
-    print_table(["capacity", "op", "ours us", "cpprb us", "ratio ours/cpprb",
+    timing.print_table(["capacity", "op", "ours us", "cpprb us", "ratio ours/cpprb",
                  f"target <= {TARGET_RATIO}"], rows)
 
 

@@ -6,8 +6,6 @@ import sys
 import time
 from typing import Callable
 
-import jax
-
 # Benchmarks run as scripts (`python benchmarks/x.py`); make the repository importable without
 # an install.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,6 +15,7 @@ if _ROOT not in sys.path:
 
 def median_seconds(fn: Callable[[], object], *, repeats: int, warmup: int = 3) -> float:
     """Median wall time of `fn()` in seconds, waiting for any JAX arrays it returns."""
+    import jax  # here, so replay benchmarks that never touch JAX do not load it
     for _ in range(warmup):
         jax.block_until_ready(fn())
     times = []
@@ -34,6 +33,7 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], *, repeats: int,
     Alternating the contenders call by call exposes them to the same machine load, so their
     ratio stays meaningful on a busy host even when the absolute times drift.
     """
+    import jax
     for fn in fns.values():
         for _ in range(warmup):
             jax.block_until_ready(fn())

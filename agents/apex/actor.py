@@ -9,7 +9,6 @@ periodically.
 import threading
 from typing import Callable
 
-import jax
 import numpy as np
 
 from agents.apex.nstep import NStepBuilder

@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from agents.stream_checks import check_recv, check_shape
+
 
 class NStepOutput(NamedTuple):
     """Transitions emitted by one `NStepBuilder.step`, K of them; `replay.add(*output)` adds them.
@@ -42,13 +44,6 @@ class NStepOutput(NamedTuple):
     transitions: dict[str, np.ndarray]
     priorities: np.ndarray
     streams: np.ndarray
-
-
-def _check_batch(name: str, x, shape: tuple[int, ...]) -> np.ndarray:
-    x = np.asarray(x)
-    if x.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
-    return x
 
 
 class NStepBuilder:
@@ -121,28 +116,17 @@ class NStepBuilder:
           `NStepOutput` of the K >= 1 transitions completed, grouped by env and oldest first
           within an env; None when none completed.
         """
-        env_ids = np.asarray(env_ids)
-        if env_ids.ndim != 1 or not np.issubdtype(env_ids.dtype, np.integer):
-            raise ValueError(f"env_ids must be a 1-D integer array [B], got dtype "
-                             f"{env_ids.dtype} shape {env_ids.shape}")
+        env_ids, obs = check_recv(env_ids, obs, self.num_envs, self.obs_shape, self.obs_dtype)
         batch = len(env_ids)
-        if batch and (env_ids.min() < 0 or env_ids.max() >= self.num_envs):
-            raise ValueError(f"env_ids must be in [0, num_envs={self.num_envs}), got "
-                             f"{env_ids[(env_ids < 0) | (env_ids >= self.num_envs)][:3]}")
-        if len(np.unique(env_ids)) != batch:
-            raise ValueError(f"env_ids must be unique within a batch, got {env_ids}")
-        obs = _check_batch("obs", obs, (batch,) + self.obs_shape)
-        if not np.can_cast(obs.dtype, self.obs_dtype, casting="same_kind"):
-            raise ValueError(f"obs has dtype {obs.dtype}; the builder stores {self.obs_dtype}")
-        rewards = _check_batch("rewards", rewards, (batch,)).astype(np.float64)
-        terminated = _check_batch("terminated", terminated, (batch,)).astype(bool)
-        truncated = _check_batch("truncated", truncated, (batch,)).astype(bool)
-        first = _check_batch("first", first, (batch,)).astype(bool)
+        rewards = check_shape("rewards", rewards, (batch,)).astype(np.float64)
+        terminated = check_shape("terminated", terminated, (batch,)).astype(bool)
+        truncated = check_shape("truncated", truncated, (batch,)).astype(bool)
+        first = check_shape("first", first, (batch,)).astype(bool)
         q_values = np.asarray(q_values)
         if q_values.ndim != 2 or q_values.shape[0] != batch or q_values.shape[1] < 1:
             raise ValueError(f"q_values must have shape [B={batch}, num_actions], got "
                              f"{q_values.shape}")
-        actions = _check_batch("actions", actions, (batch,))
+        actions = check_shape("actions", actions, (batch,))
         final = terminated | truncated
         starts = ~final
         if not np.issubdtype(actions.dtype, np.integer) or np.any(

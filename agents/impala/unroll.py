@@ -30,6 +30,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from agents.stream_checks import check_recv, check_shape
+
 
 class Unrolls(NamedTuple):
     """K completed unrolls of T steps, batch-major (the learner shards axis 0 over devices).
@@ -91,13 +93,6 @@ def stack_unrolls(unrolls: Sequence[Unrolls]) -> Unrolls:
                     f"unrolls[{i}].{name} has per-unroll shape {got.shape[1:]} and dtype "
                     f"{got.dtype}, but unrolls[0].{name} has {want.shape[1:]} and {want.dtype}")
     return Unrolls(*(np.concatenate(fields, axis=0) for fields in zip(*unrolls)))
-
-
-def _check_batch(name: str, x, shape: tuple[int, ...]) -> np.ndarray:
-    x = np.asarray(x)
-    if x.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
-    return x
 
 
 class UnrollBuilder:
@@ -184,26 +179,15 @@ class UnrollBuilder:
           `Unrolls` of the K >= 1 unrolls completed (at most one per env, in batch order);
           None when none completed.
         """
-        env_ids = np.asarray(env_ids)
-        if env_ids.ndim != 1 or not np.issubdtype(env_ids.dtype, np.integer):
-            raise ValueError(f"env_ids must be a 1-D integer array [B], got dtype "
-                             f"{env_ids.dtype} shape {env_ids.shape}")
+        env_ids, obs = check_recv(env_ids, obs, self.num_envs, self.obs_shape, self.obs_dtype)
         batch = len(env_ids)
-        if batch and (env_ids.min() < 0 or env_ids.max() >= self.num_envs):
-            raise ValueError(f"env_ids must be in [0, num_envs={self.num_envs}), got "
-                             f"{env_ids[(env_ids < 0) | (env_ids >= self.num_envs)][:3]}")
-        if len(np.unique(env_ids)) != batch:
-            raise ValueError(f"env_ids must be unique within a batch, got {env_ids}")
-        obs = _check_batch("obs", obs, (batch,) + self.obs_shape)
-        if not np.can_cast(obs.dtype, self.obs_dtype, casting="same_kind"):
-            raise ValueError(f"obs has dtype {obs.dtype}; the builder stores {self.obs_dtype}")
         with np.errstate(over="ignore"):  # an overflow to inf is reported just below
-            rewards = _check_batch("rewards", rewards, (batch,)).astype(np.float32)
+            rewards = check_shape("rewards", rewards, (batch,)).astype(np.float32)
         if not np.isfinite(rewards).all():
             raise ValueError(f"rewards must be finite (in float32), got {rewards}")
-        terminated = _check_batch("terminated", terminated, (batch,)).astype(bool)
-        truncated = _check_batch("truncated", truncated, (batch,)).astype(bool)
-        logits = _check_batch("logits", logits, (batch, self.num_actions))
+        terminated = check_shape("terminated", terminated, (batch,)).astype(bool)
+        truncated = check_shape("truncated", truncated, (batch,)).astype(bool)
+        logits = check_shape("logits", logits, (batch, self.num_actions))
         if not np.issubdtype(logits.dtype, np.number) or np.iscomplexobj(logits):
             raise ValueError(f"logits must be real numbers, got dtype {logits.dtype}")
         with np.errstate(over="ignore"):  # an overflow to inf is reported just below
@@ -212,7 +196,7 @@ class UnrollBuilder:
             bad = np.nonzero(~np.isfinite(logits).all(axis=1))[0]
             raise ValueError(f"logits must be finite (in float32); rows {bad[:3]} of the batch "
                              f"(env ids {env_ids[bad[:3]]}) hold NaN or inf")
-        actions = _check_batch("actions", actions, (batch,))
+        actions = check_shape("actions", actions, (batch,))
         final = terminated | truncated
         in_range = (actions >= 0) & (actions < self.num_actions) if np.issubdtype(
             actions.dtype, np.integer) else np.zeros(batch, bool)

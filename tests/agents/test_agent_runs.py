@@ -10,12 +10,11 @@ import time
 import jax
 import numpy as np
 import pytest
-from absl import flags
 
 from agents.apex import agent as apex_agent
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.flags import config_from_flags, define_flags
+from agents.flags import config_from_flagfile
 from agents.impala import actor as impala_actor
 from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
@@ -50,10 +49,7 @@ KINDS = [pytest.param(APEX, id="apex"), pytest.param(IMPALA, id="impala")]
 
 def cartpole_config(kind: Kind, run_dir, **overrides):
     """The README's CartPole flagfile, parsed exactly as the launcher parses it."""
-    flag_values = flags.FlagValues()
-    define_flags(kind.config, flag_values)
-    flag_values(["run", f"--flagfile={kind.flagfile}"])
-    return config_from_flags(kind.config, flag_values, run_dir=str(run_dir), **overrides)
+    return config_from_flagfile(kind.config, kind.flagfile, run_dir=str(run_dir), **overrides)
 
 
 def small_config(kind: Kind, run_dir, **overrides):

@@ -123,7 +123,7 @@ CLIPS = dict(lam=0.8, rho_bar=1.5, c_bar=0.9, pg_rho_bar=1.2)
 ])
 def test_loss_and_gradient_match_float64_reference(jit, reduction, hparams):
     rng = np.random.default_rng(0)
-    feats, w_pi, w_v, actions, mu_logits, r, d, ends, masks = batch = make_batch(rng)
+    feats, w_pi, w_v, actions, mu_logits, r, d, ends, masks = make_batch(rng)
     costs = dict(baseline_cost=0.5, entropy_cost=0.1)
     kwargs = dict(costs, lambda_=hparams["lam"], clip_rho_threshold=hparams["rho_bar"],
                   clip_c_threshold=hparams["c_bar"],

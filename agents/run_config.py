@@ -1,0 +1,90 @@
+"""Settings every agent shares: its actors' environments, budget, evaluation and run folder.
+
+`ApexConfig` and `ImpalaConfig` extend `RunConfig` with their algorithm's settings and may
+redeclare a field to change its default.
+"""
+
+import dataclasses
+import math
+
+
+def check_fields(config, *, positive=(), non_negative=(), unit_interval=(), choices=()) -> None:
+    """Raises a ValueError naming the first field out of its allowed range."""
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
+    for name in non_negative:
+        if not getattr(config, name) >= 0:  # `not >=` also rejects NaN
+            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
+    for name in unit_interval:
+        if not 0.0 <= getattr(config, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(config, name)}")
+    for name, allowed in choices:
+        if getattr(config, name) not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {getattr(config, name)!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Settings shared by every agent; each is also a command-line flag of the same name.
+
+    Attributes:
+      env: envpool task id, e.g. Pong-v5 (Atari) or CartPole-v1.
+      num_actors: actor threads, each with its own envpool.
+      envs_per_actor: environments in each actor's envpool.
+      actor_batch_size: environments an actor acts for per step (envpool async batch_size);
+        must be below envs_per_actor so envpool steps the others meanwhile.
+      episodic_life: Atari: a lost life ends the training episode (not the game).
+      reward_clip: Atari: clip training rewards to [-1, 1].
+      noop_max: Atari: up to this many no-op actions at the start of an episode.
+      repeat_action_probability: Atari: sticky actions (0 in the papers).
+      max_episode_frames: Atari: episode cap in emulator frames (108K = 30 minutes).
+      max_episode_steps: classic control: episode cap in steps; 0 keeps the env's own.
+      seed: seed of everything random.
+      total_env_steps: stop after this many agent steps over all envs.
+      eval_period: learner updates between greedy evaluations.
+      eval_episodes: episodes per evaluation (one per env of a separate envpool).
+      solved_return: stop once an evaluation's mean return reaches this (inf: never).
+      log_period_s: seconds between progress lines and metric rows.
+      checkpoint_period_s: seconds between checkpoints.
+      run_dir: folder for metrics, checkpoints, the saved config and the learning curve.
+      resume: continue from the latest checkpoint in run_dir.
+    """
+
+    env: str = "Pong-v5"
+    num_actors: int = 8
+    envs_per_actor: int = 32
+    actor_batch_size: int = 16
+    episodic_life: bool = True
+    reward_clip: bool = True
+    noop_max: int = 30
+    repeat_action_probability: float = 0.0
+    max_episode_frames: int = 108_000
+    max_episode_steps: int = 0
+    seed: int = 0
+    total_env_steps: int = 50_000_000
+    eval_period: int = 10_000
+    eval_episodes: int = 10
+    solved_return: float = math.inf
+    log_period_s: float = 10.0
+    checkpoint_period_s: float = 600.0
+    run_dir: str = "runs/run"
+    resume: bool = False
+
+    def __post_init__(self):
+        check_fields(
+            self,
+            positive=("num_actors", "envs_per_actor", "actor_batch_size", "total_env_steps",
+                      "eval_period", "eval_episodes", "max_episode_frames"),
+            non_negative=("noop_max", "max_episode_steps", "log_period_s",
+                          "checkpoint_period_s"),
+            unit_interval=("repeat_action_probability",))
+        if self.actor_batch_size >= self.envs_per_actor:
+            raise ValueError(
+                f"actor_batch_size ({self.actor_batch_size}) must be < envs_per_actor "
+                f"({self.envs_per_actor}) so envpool steps other envs while an actor acts")
+
+    @property
+    def num_envs(self) -> int:
+        """All environments of all actors."""
+        return self.num_actors * self.envs_per_actor

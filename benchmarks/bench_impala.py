@@ -1,0 +1,164 @@
+"""IMPALA throughput, against bare peers in the same run, and CartPole to solved.
+
+- actor: frames/s of the full IMPALA actor (sampling, unroll building, bounded queue with a
+  consumer draining it) against a bare loop of the same envpool config and the same jitted
+  policy that only acts. Target: ratio >= 0.9.
+- learner: learner frames/s (T x B agent steps per update) of the jitted V-trace update for the
+  shallow and deep IMPALA torsos, with and without GroupNorm, at the paper's T=20, B=32.
+- cartpole: wall time and env steps until greedy evaluation reaches 475, median of 3 seeds, for
+  IMPALA and Ape-X side by side.
+
+    python benchmarks/bench_impala.py [--parts actor,learner,cartpole] [--seconds 20]
+"""
+
+import argparse
+import queue
+import statistics
+import threading
+import time
+
+import timing  # noqa: F401  (puts the repository on sys.path)
+
+import jax
+import numpy as np
+
+from agents import sharding
+from agents.apex.agent import ApexAgent
+from agents.apex.config import ApexConfig
+from agents.envs import actor_env_settings, env_info, make_env
+from agents.flags import config_from_flagfile
+from agents.impala.actor import ImpalaActor, make_policy
+from agents.impala.agent import ImpalaAgent, make_network
+from agents.impala.config import ImpalaConfig
+from agents.impala.learner import init_state, make_optimizer, make_update
+from agents.impala.unroll import UnrollBuilder
+from agents.param_server import ParamServer
+from agents.stats import RunStats
+from bench_apex import bare_actor_fps
+
+ATARI = ImpalaConfig(env="Pong-v5", num_actors=1, envs_per_actor=16, actor_batch_size=8,
+                     torso="impala_shallow")
+
+
+def full_actor_fps(config, network, policy, server, seconds):
+    info = env_info(actor_env_settings(config, 0))
+    unrolls, stats, stop = queue.Queue(maxsize=config.queue_size), RunStats(), threading.Event()
+    actor = ImpalaActor(0, lambda: make_env(actor_env_settings(config, 0)), policy,
+                        UnrollBuilder(config.envs_per_actor, config.unroll_length,
+                                      config.discount, info.obs_shape, info.obs_dtype,
+                                      info.num_actions),
+                        unrolls, server, stats, seed=0)
+
+    def drain(stop):  # a learner that never makes the actor wait
+        while not stop.is_set():
+            try:
+                unrolls.get(timeout=0.1)
+            except queue.Empty:
+                pass
+
+    threads = [threading.Thread(target=f, args=(stop,)) for f in (actor.run, drain)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    before, start = stats.get("env_steps"), time.perf_counter()
+    time.sleep(seconds)
+    fps = (stats.get("env_steps") - before) * 4 / (time.perf_counter() - start)
+    stop.set()
+    for t in threads:
+        t.join()
+    return fps
+
+
+def actor_part(seconds):
+    config = ATARI
+    info = env_info(actor_env_settings(config, 0))
+    network = make_network(config, info)
+    params = network.init(jax.random.PRNGKey(0), np.zeros((1,) + info.obs_shape, np.uint8))
+    policy, server, key = make_policy(network), ParamServer(), jax.random.PRNGKey(0)
+    server.publish(params)
+    step = [0]
+
+    def act(obs):
+        step[0] += 1
+        return np.asarray(policy(params, obs, key, step[0])[0])
+
+    bare, full = [], []
+    for _ in range(2):  # alternated, so drift in machine load hits both
+        bare.append(bare_actor_fps(config, act, seconds))
+        full.append(full_actor_fps(config, network, policy, server, seconds))
+    ratio = statistics.median(full) / statistics.median(bare)
+    return ["actor frames/s (Pong, shallow, 16 envs, batch 8)", statistics.median(full),
+            statistics.median(bare), ratio, "met" if ratio >= 0.9 else "missed"]
+
+
+def learner_part(seconds):
+    rows = []
+    info = env_info(actor_env_settings(ATARI, 0))
+    rng = np.random.default_rng(0)
+    T, B = ATARI.unroll_length, ATARI.batch_size
+    batch = dict(obs=rng.integers(0, 256, (B, T + 1) + info.obs_shape, dtype=np.uint8),
+                 actions=rng.integers(0, info.num_actions, (B, T)).astype(np.int32),
+                 rewards=rng.normal(size=(B, T)).astype(np.float32),
+                 discounts=np.full((B, T), 0.99, np.float32),
+                 episode_ends=np.zeros((B, T), bool), masks=np.ones((B, T), np.float32),
+                 behaviour_logits=rng.normal(size=(B, T, info.num_actions)).astype(np.float32))
+    mesh = sharding.learner_mesh(jax.local_devices()[:1])
+    on_device = sharding.put_batch(batch, mesh)
+    for torso in ("impala_shallow", "impala_resnet"):
+        for norm in ("none", "group"):
+            config = ImpalaConfig(env="Pong-v5", torso=torso, norm=norm, num_groups=8)
+            network = make_network(config, info)
+            optimizer = make_optimizer(config)
+            state = sharding.put_replicated(init_state(
+                network, optimizer, np.zeros(info.obs_shape, np.uint8), jax.random.PRNGKey(0)),
+                mesh)
+            update = make_update(network, optimizer, config, mesh)
+            state, metrics = update(state, on_device)
+            jax.block_until_ready(metrics)
+            count, start = 0, time.perf_counter()
+            while count < 2 or time.perf_counter() - start < seconds / 4:
+                state, metrics = update(state, on_device)
+                jax.block_until_ready(metrics)
+                count += 1
+            per_update = (time.perf_counter() - start) / count
+            rows.append([torso, norm, per_update * 1e3, T * B / per_update])
+            print(f"{torso} {norm}: {per_update * 1e3:.0f} ms/update", flush=True)
+    return rows
+
+
+def solve_cartpole(agent_cls, config_cls, name, seed):
+    config = config_from_flagfile(config_cls, f"experiments/configs/{name}_cartpole.cfg",
+                                  seed=seed, log_period_s=30,
+                                  run_dir=f"/tmp/bench_{name}_cartpole_{seed}")
+    summary = agent_cls(config, print_fn=lambda *a, **k: None).run()
+    print(f"{name} seed {seed}: solved={summary['solved']} wall {summary['wall_s']:.0f} s, "
+          f"env steps {summary['env_steps']:,}", flush=True)
+    return summary["solved"], summary["wall_s"], summary["env_steps"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="actor,learner,cartpole")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    if "actor" in parts:
+        timing.print_table(["path", "full", "bare", "ratio full/bare", "target >= 0.9"],
+                           [actor_part(args.seconds)])
+    if "learner" in parts:
+        rows = learner_part(args.seconds)
+        timing.print_table(["torso", "norm", "ms/update", "learner frames/s (T x B / s)"],
+                           rows)
+    if "cartpole" in parts:
+        rows = []
+        for name, agent_cls, config_cls in (("impala", ImpalaAgent, ImpalaConfig),
+                                            ("apex", ApexAgent, ApexConfig)):
+            runs = [solve_cartpole(agent_cls, config_cls, name, seed) for seed in range(3)]
+            rows.append([name, f"{sum(r[0] for r in runs)}/3",
+                         statistics.median(r[1] for r in runs),
+                         statistics.median(r[2] for r in runs)])
+        timing.print_table(["agent", "solved", "median wall s", "median env steps"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Config flags: every field is a documented flag, flagfiles parse, bad values are rejected."""
+
+import dataclasses
+import os
+
+import pytest
+from absl import flags
+
+from agents.apex.config import ApexConfig
+from agents.flags import config_from_flagfile, config_from_flags, define_flags
+from agents.impala.config import ImpalaConfig
+
+CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "configs")
+
+
+@pytest.mark.parametrize("cls", [ApexConfig, ImpalaConfig])
+def test_every_field_is_a_flag_with_its_docstring_help(cls):
+    flag_values = flags.FlagValues()
+    define_flags(cls, flag_values)
+    for field in dataclasses.fields(cls):
+        flag = flag_values[field.name]
+        assert flag.help and flag.help != field.name, field.name
+    assert config_from_flags(cls, flag_values) == cls()
+
+
+@pytest.mark.parametrize("name,cls", [
+    ("apex_cartpole", ApexConfig), ("apex_atari", ApexConfig),
+    ("impala_cartpole", ImpalaConfig), ("impala_atari", ImpalaConfig)])
+def test_flagfiles_parse_into_valid_configs(name, cls):
+    config = config_from_flagfile(cls, os.path.join(CONFIGS, f"{name}.cfg"))
+    assert config.env == ("CartPole-v1" if "cartpole" in name else "Pong-v5")
+
+
+def test_paper_defaults():
+    apex = ApexConfig()
+    assert (apex.n_step, apex.priority_exponent, apex.importance_exponent, apex.batch_size,
+            apex.target_update_period, apex.max_grad_norm) == (3, 0.6, 0.4, 512, 2500, 40.0)
+    assert apex.learning_rate == pytest.approx(0.00025 / 4)
+    impala = ImpalaConfig()
+    assert (impala.unroll_length, impala.batch_size, impala.baseline_cost, impala.entropy_cost,
+            impala.learning_rate, impala.rms_decay, impala.optimizer_epsilon) == (
+        20, 32, 0.5, 0.01, 0.0006, 0.99, 0.01)
+
+
+@pytest.mark.parametrize("cls,kwargs,match", [
+    (ApexConfig, dict(batch_size=0), "batch_size"),
+    (ApexConfig, dict(min_replay_size=10, replay_capacity=5), "min_replay_size"),
+    (ApexConfig, dict(loss="l1"), "loss must be one of"),
+    (ImpalaConfig, dict(c_bar=2.0), "c_bar"),
+    (ImpalaConfig, dict(reduction="max"), "reduction"),
+    (ImpalaConfig, dict(envs_per_actor=4, actor_batch_size=4), "actor_batch_size"),
+    (ImpalaConfig, dict(repeat_action_probability=2.0), "repeat_action_probability"),
+])
+def test_invalid_values_raise_value_errors_naming_the_field(cls, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cls(**kwargs)
