@@ -59,6 +59,16 @@ _EMPTY = np.iinfo(np.int64).max  # `_oldest` of a slot that references no frame
 _HASH_WEIGHTS = np.random.default_rng(0x5EED).integers(1, 2**63, 8192, np.uint64) | np.uint64(1)
 
 
+class PreparedFrames(NamedTuple):
+    """A validated batch with its frame hashes, made outside the replay's lock by `prepare`."""
+
+    obs: np.ndarray  # uint8 [B, stack, H, W]
+    next_obs: np.ndarray  # uint8 [B, stack, H, W]
+    keys: np.ndarray  # uint64 [B, 2 * stack] frame hashes
+    streams: np.ndarray  # int [B]
+    plain: dict[str, np.ndarray]  # the other fields, [B, ...]
+
+
 class FrameHandle(NamedTuple):
     """What `gather` reads: copies of the frame seqs, taken under the replay's lock.
 
@@ -154,21 +164,19 @@ class FrameStackStorage:
         keys += tail.astype(np.uint64) @ _HASH_WEIGHTS[:tail.shape[1]]
         return keys.reshape(lead)
 
-    def write(self, slots: np.ndarray, transitions: dict[str, np.ndarray],
-              streams: np.ndarray | None) -> np.ndarray:
-        """Stores transitions (fields `[B, ...]`) at `slots` `[B]`, from env `streams` `[B]`.
+    def prepare(self, transitions: dict[str, np.ndarray],
+                streams: np.ndarray | None) -> "PreparedFrames":
+        """Validates a batch and hashes its frames; needs no lock (touches no shared state).
 
-        Transitions of one stream must come in time order (across and within calls).
-
-        Returns:
-          int64 `[K]` other slots whose frames this write overwrote in the ring (to evict).
+        Args:
+          transitions: fields `[B, ...]`; transitions of one stream in time order.
+          streams: int `[B]` the env stream of each transition.
         """
-        slots = np.asarray(slots, np.int64)
-        batch = len(slots)
-        check_batch(self.spec, transitions, batch)
         if streams is None:
             raise ValueError("streams is required by FrameStackStorage: the env stream id of "
                              "each transition, int [B]")
+        batch = len(np.asarray(transitions.get(self.obs_fields[0], ())))
+        check_batch(self.spec, transitions, batch)
         streams = np.asarray(streams)
         if streams.shape != (batch,) or not np.issubdtype(streams.dtype, np.integer):
             raise ValueError(f"streams must be integers of shape ({batch},), got "
@@ -181,9 +189,28 @@ class FrameStackStorage:
         # Two [B, stack, H, W] arrays: no concatenated copy (fresh large arrays cost page faults).
         obs, next_obs = (self._to_frames(transitions[f]) for f in self.obs_fields)
         keys = np.concatenate([self._hash(obs), self._hash(next_obs)], 1)  # [B, 2 * stack]
+        plain = {k: v for k, v in transitions.items() if k not in self.obs_fields}
+        return PreparedFrames(obs, next_obs, keys, streams, plain)
+
+    def write(self, slots: np.ndarray, transitions: dict[str, np.ndarray],
+              streams: np.ndarray | None) -> np.ndarray:
+        """`write_prepared(slots, prepare(transitions, streams))`."""
+        return self.write_prepared(slots, self.prepare(transitions, streams))
+
+    def write_prepared(self, slots: np.ndarray, prepared: "PreparedFrames") -> np.ndarray:
+        """Stores a prepared batch at `slots` `[B]` (under the replay's lock).
+
+        Returns:
+          int64 `[K]` other slots whose frames this write overwrote in the ring (to evict).
+        """
+        slots = np.asarray(slots, np.int64)
+        obs, next_obs, keys, streams = prepared.obs, prepared.next_obs, prepared.keys, \
+            prepared.streams
+        batch, per_row = len(slots), 2 * self.stack
+        if batch != len(streams):
+            raise ValueError(f"slots has {batch} entries for a prepared batch of {len(streams)}")
         if self._plain is not None:
-            self._plain.write(slots, {k: v for k, v in transitions.items()
-                                      if k not in self.obs_fields})
+            self._plain.write_prepared(slots, prepared.plain)
         ring, size, tables = self.frames, self.frame_capacity, self._tables
         written, window = self.frames_written, self._reuse_window
         seqs = []

@@ -140,10 +140,14 @@ class PrioritizedReplay:
         if batch_size > self.capacity:
             raise ValueError(f"a batch of {batch_size} transitions exceeds capacity "
                              f"{self.capacity}")
+        prepared = self.storage.prepare(transitions, streams)  # validation, hashing: no lock
+        if len(next(iter(transitions.values()))) != batch_size:
+            raise ValueError(f"transitions hold {len(next(iter(transitions.values())))} "
+                             f"entries but priorities {batch_size}")
         with self._lock:
             ids = self._next_id + np.arange(batch_size, dtype=np.int64)
             slots = ids % self.capacity
-            victims = self.storage.write(slots, transitions, streams)  # validates first
+            victims = self.storage.write_prepared(slots, prepared)
             overwritten = int(np.count_nonzero(self._ids[slots] >= 0))
             self._ids[slots] = ids
             self._tree.set(slots, scaled)

@@ -4,9 +4,10 @@ The replay owns priorities, slots and locking; a storage owns the transition dat
 share one protocol: `ArrayStorage` (a preallocated array per field, any transition) and
 `FrameStackStorage` (Atari frame stacks stored one frame at a time, in `replay/frames.py`).
 
-Locking contract (the replay enforces it): `write`, `locate`, `intact` and `state_dict` run under
-the replay's lock; `gather` runs outside it, so the bulk copy of observation bytes never blocks
-actors. A `gather` may race with a later `write`; the replay then asks `intact` (and checks slot
+Locking contract (the replay enforces it): `prepare` (validation and any per-batch work that
+touches no shared state) and `gather` (the bulk copy of sampled bytes) run outside the replay's
+lock, so neither blocks the other threads; `write_prepared`, `locate`, `intact` and `state_dict`
+run under it. A `gather` may race with a later `write`; the replay then asks `intact` (and checks slot
 generations) under the lock and samples again for anything that was overwritten.
 """
 
@@ -22,10 +23,12 @@ class Storage(Protocol):
 
     capacity: int
 
-    def write(self, slots: np.ndarray, transitions: dict[str, np.ndarray],
-              streams: np.ndarray | None) -> np.ndarray:
-        """Stores `transitions` (fields `[B, ...]`) at `slots` `[B]`; returns slots `[K]` whose
-        data this write destroyed besides `slots` themselves (to be evicted)."""
+    def prepare(self, transitions: dict[str, np.ndarray], streams: np.ndarray | None) -> Any:
+        """Validates a batch (fields `[B, ...]`, streams `[B]` or None); raises ValueError."""
+
+    def write_prepared(self, slots: np.ndarray, prepared: Any) -> np.ndarray:
+        """Stores a prepared batch at `slots` `[B]`; returns slots `[K]` whose data this write
+        destroyed besides `slots` themselves (to be evicted)."""
 
     def locate(self, slots: np.ndarray) -> Any:
         """A small handle that `gather` can read `slots` `[B]` from without the lock."""
@@ -50,11 +53,22 @@ class ArrayStorage:
         self.data = {name: np.zeros((capacity,) + shape, dtype)
                      for name, (shape, dtype) in self.spec.items()}
 
-    def write(self, slots, transitions, streams=None):
-        check_batch(self.spec, transitions, len(slots))
+    def prepare(self, transitions, streams=None):
+        batch = len(next(iter(transitions.values()))) if transitions else 0
+        check_batch(self.spec, transitions, batch)
+        return transitions
+
+    def write_prepared(self, slots, prepared):
+        if len(slots) != len(next(iter(prepared.values()))):
+            raise ValueError(f"slots has {len(slots)} entries for a batch of "
+                             f"{len(next(iter(prepared.values())))}")
         for name, array in self.data.items():
-            array[slots] = transitions[name]
+            array[slots] = prepared[name]
         return np.empty((0,), np.int64)
+
+    def write(self, slots, transitions, streams=None):
+        """`write_prepared(slots, prepare(transitions, streams))`."""
+        return self.write_prepared(slots, self.prepare(transitions, streams))
 
     def locate(self, slots):
         return slots
