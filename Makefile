@@ -40,6 +40,8 @@ bench: setup-dev
 	$(PY) benchmarks/bench_sum_tree.py
 	$(PY) benchmarks/bench_replay.py
 	$(PY) benchmarks/bench_replay_contention.py
+	$(PY) benchmarks/bench_apex.py
+	$(PY) benchmarks/bench_impala.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -7,6 +7,7 @@ save leaves the previous checkpoint untouched; older complete checkpoints beyond
 removed afterwards.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -67,3 +68,27 @@ def restore_checkpoint(path: str, learner_template: Any, replay: Any = None) -> 
     if replay is not None and os.path.exists(os.path.join(path, "replay.npz")):
         replay.load(os.path.join(path, "replay.npz"))
     return state, meta
+
+
+def save_run(directory: str, learner_state: Any, stats: Any, config: Any,
+             replay: Any = None) -> str:
+    """Checkpoints a run: learner state, the counters of `stats`, the config and the replay."""
+    step = int(learner_state.steps)
+    meta = dict(counters=stats.state_dict(), config=dataclasses.asdict(config), updates=step)
+    return save_checkpoint(directory, step, learner_state, meta, replay)
+
+
+def resume_run(directory: str, learner_template: Any, stats: Any,
+               replay: Any = None) -> tuple[Any, str | None]:
+    """Restores the latest checkpoint of `directory`, if any, into `stats` (and `replay`).
+
+    Returns:
+      (the restored learner state, or `learner_template` when there is no checkpoint; the path
+      restored from, or None).
+    """
+    path = latest_checkpoint(directory)
+    if path is None:
+        return learner_template, None
+    state, meta = restore_checkpoint(path, learner_template, replay)
+    stats.load_state_dict(meta["counters"])
+    return state, path

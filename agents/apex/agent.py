@@ -3,7 +3,6 @@
 Horgan et al. 2018 (arXiv:1803.00933). The main thread only watches (`agents.driver`).
 """
 
-import dataclasses
 import functools
 import os
 from typing import Callable
@@ -76,11 +75,10 @@ class ApexAgent:
                            np.zeros(self.info.obs_shape, self.info.obs_dtype),
                            jax.random.PRNGKey(config.seed))
         self.resumed_from = None
-        if config.resume and (path := checkpoint.latest_checkpoint(self.checkpoint_dir)):
-            state, meta = checkpoint.restore_checkpoint(
-                path, state, self.replay if config.checkpoint_replay else None)
-            self.stats.load_state_dict(meta["counters"])
-            self.resumed_from = path
+        if config.resume:
+            state, self.resumed_from = checkpoint.resume_run(
+                self.checkpoint_dir, state, self.stats,
+                self.replay if config.checkpoint_replay else None)
         self.limiter = None
         if config.samples_per_insert > 0:
             self.limiter = SampleToInsertRatio(
@@ -113,12 +111,9 @@ class ApexAgent:
 
     def save(self) -> str:
         """Checkpoints learner state, optimizer state, counters and the replay contents."""
-        state = self.learner.host_state()
-        meta = dict(counters=self.stats.state_dict(), config=dataclasses.asdict(self.config),
-                    updates=int(state.steps))
-        return checkpoint.save_checkpoint(
-            self.checkpoint_dir, int(state.steps), state, meta,
-            self.replay if self.config.checkpoint_replay else None)
+        return checkpoint.save_run(self.checkpoint_dir, self.learner.host_state(), self.stats,
+                                   self.config,
+                                   self.replay if self.config.checkpoint_replay else None)
 
     def run(self) -> dict:
         """Trains until the budget, the solved line, Ctrl-C or a thread failure."""

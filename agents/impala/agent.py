@@ -3,7 +3,6 @@
 Espeholt et al. 2018 (arXiv:1802.01561). The main thread only watches (`agents.driver`).
 """
 
-import dataclasses
 import functools
 import os
 import queue
@@ -56,10 +55,9 @@ class ImpalaAgent:
                            np.zeros(self.info.obs_shape, self.info.obs_dtype),
                            jax.random.PRNGKey(config.seed))
         self.resumed_from = None
-        if config.resume and (path := checkpoint.latest_checkpoint(self.checkpoint_dir)):
-            state, meta = checkpoint.restore_checkpoint(path, state)
-            self.stats.load_state_dict(meta["counters"])
-            self.resumed_from = path
+        if config.resume:
+            state, self.resumed_from = checkpoint.resume_run(self.checkpoint_dir, state,
+                                                             self.stats)
         self.unrolls: queue.Queue = queue.Queue(maxsize=config.queue_size)
         self.param_server = ParamServer(device=jax.local_devices()[0])
         self.learner = ImpalaLearner(config, self.network, self.unrolls, self.param_server,
@@ -78,10 +76,8 @@ class ImpalaAgent:
 
     def save(self) -> str:
         """Checkpoints learner state, optimizer state and counters."""
-        state = self.learner.host_state()
-        meta = dict(counters=self.stats.state_dict(), config=dataclasses.asdict(self.config),
-                    updates=int(state.steps))
-        return checkpoint.save_checkpoint(self.checkpoint_dir, int(state.steps), state, meta)
+        return checkpoint.save_run(self.checkpoint_dir, self.learner.host_state(), self.stats,
+                                   self.config)
 
     def run(self) -> dict:
         """Trains until the budget, the solved line, Ctrl-C or a thread failure."""
