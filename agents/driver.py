@@ -73,7 +73,7 @@ class Driver:
         self._report(logger, start, last)
         path = self.save()
         logger.close()
-        plot_learning_curve(config.run_dir)
+        plot_learning_curve(config.run_dir, target=config.solved_return)
         summary = dict(self.stats.snapshot(), updates=self.learner.updates,
                        solved=self.evaluator.solved.is_set(), interrupted=interrupted,
                        wall_s=time.monotonic() - start, checkpoint=path,

@@ -46,8 +46,9 @@ class MetricsLogger:
 
 
 def plot_learning_curve(run_dir: str, x: str = "env_steps", y: str = "mean_return",
-                        group: str = "eval") -> str | None:
-    """Plots `y` against `x` from `<run_dir>/<group>.csv` into `learning_curve.png`."""
+                        group: str = "eval", target: float | None = None) -> str | None:
+    """Plots `y` against `x` from `<run_dir>/<group>.csv` into `learning_curve.png`, with a
+    dashed line at `target` (e.g. the solved return) when it is finite."""
     path = os.path.join(run_dir, f"{group}.csv")
     if not os.path.exists(path):
         return None
@@ -61,6 +62,9 @@ def plot_learning_curve(run_dir: str, x: str = "env_steps", y: str = "mean_retur
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([float(r[x]) for r in rows], [float(r[y]) for r in rows], marker=".")
+    if target is not None and math.isfinite(target):
+        ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+        ax.legend(loc="lower right")
     ax.set_xlabel(x)
     ax.set_ylabel(f"{group} {y}")
     ax.set_title(os.path.basename(os.path.normpath(run_dir)))
