@@ -1,0 +1,146 @@
+"""ZeRO data parallelism: the optimizer state (stage 1) and gradients (stage 2) partitioned.
+
+Rajbhandari et al. 2019 (arXiv:1910.02054), Sec. 5: with N data-parallel devices, stage 1 keeps
+1/N of the optimizer state on each device, updates that 1/N of the parameters and all-gathers
+them; stage 2 also reduce-scatters the gradients, so each device only ever holds the gradient
+share it updates. Stage 0 is plain data parallelism. All three give the same parameters.
+
+How: the parameters are flattened into one vector of P numbers, padded to N * S, and the
+optimizer (any optax transformation that acts element by element, such as Adam or RMSProp, and
+that needs no parameters in `update`) runs on a vector of S numbers per device. In stages 1 and
+2 its state leaves are stored with a leading device axis, `[N, *leaf]`, split over the mesh, so
+every leaf (a moment vector `[S]`, a step count `[]`) is partitioned or repeated without special
+cases; in stage 0 the state of the whole vector is replicated.
+Global-norm clipping needs the norm of the whole gradient, so it is done here, not inside the
+wrapped optimizer.
+
+Use inside `jax.shard_map` over `axis` (see `agents.sharding.data_parallel`):
+
+    zero = ZeroOptimizer(optax.adam(1e-3), params, num_devices=4, stage=2, max_grad_norm=40)
+    opt_state = zero.init(params)                  # global arrays, spec `zero.state_spec`
+    ...inside the mapped update, with this device's gradient `grads` of the mean loss:
+    params, opt_state, grad_norm = zero.step(params, grads, opt_state)
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+from jax.sharding import PartitionSpec as P
+
+from agents.sharding import BATCH_AXIS
+
+STAGES = (0, 1, 2)
+
+
+class ZeroOptimizer:
+    """An optax optimizer run data-parallel with ZeRO stage 0, 1 or 2.
+
+    Args:
+      optimizer: element-wise optax transformation (no gradient clipping inside it).
+      params: a parameter pytree (its shapes define the flat layout).
+      num_devices: N, the devices of the mesh axis.
+      stage: 0 (replicated state), 1 (partitioned state), 2 (also partitioned gradients).
+      max_grad_norm: clip the whole gradient to this global norm (inf: no clipping).
+      axis: the mesh axis name.
+    """
+
+    def __init__(self, optimizer: optax.GradientTransformation, params: Any, num_devices: int,
+                 stage: int, max_grad_norm: float = float("inf"), axis: str = BATCH_AXIS):
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        if num_devices < 1:
+            raise ValueError(f"num_devices must be >= 1, got {num_devices}")
+        flat, self._unravel = ravel_pytree(params)
+        self.optimizer, self.stage, self.axis = optimizer, stage, axis
+        self.num_devices, self.max_grad_norm = num_devices, max_grad_norm
+        self.size = flat.size  # P
+        # Stage 0 keeps one whole copy per device; stages 1 and 2 one shard of S each.
+        self.shard = self.size if stage == 0 else -(-self.size // num_devices)  # S
+        self.padded = self.shard * (1 if stage == 0 else num_devices)
+
+    @property
+    def state_spec(self) -> Any:
+        """The partition spec of every optimizer-state leaf: replicated in stage 0, else split
+        along the leading device axis."""
+        return P(self.axis) if self.stage else P()
+
+    def _flat(self, tree: Any) -> jax.Array:
+        flat, _ = ravel_pytree(tree)
+        return jnp.pad(flat, (0, self.padded - self.size))  # [padded]
+
+    def init(self, params: Any) -> Any:
+        """Optimizer state; in stages 1 and 2 leaves `[N, *leaf]`, device i's part at row i."""
+        flat = self._flat(params)
+        if self.stage == 0:
+            return self.optimizer.init(flat)
+        return jax.vmap(self.optimizer.init)(flat.reshape(-1, self.shard))  # over [N, S]
+
+    def step(self, params: Any, grads: Any, opt_state: Any) -> tuple[Any, Any, jax.Array]:
+        """One update inside shard_map.
+
+        Args:
+          params: the full parameters (replicated).
+          grads: this device's gradient of the mean loss over its own batch shard.
+          opt_state: this device's state (stages 1 and 2: its rows, leaves `[1, *leaf]`).
+
+        Returns:
+          (new full parameters, new state rows, global norm of the averaged gradient).
+        """
+        n = self.num_devices
+        local = self._flat(grads)  # [padded]
+        if self.stage == 2:
+            # Each device receives only the sum of its own shard over all devices.
+            g = jax.lax.psum_scatter(local, self.axis, scatter_dimension=0, tiled=True) / n
+            norm = jnp.sqrt(jax.lax.psum(jnp.sum(jnp.square(g)), self.axis))  # [S] -> []
+        else:
+            full = jax.lax.pmean(local, self.axis)  # [padded]
+            norm = jnp.sqrt(jnp.sum(jnp.square(full)))
+            g = full if self.stage == 0 else jax.lax.dynamic_slice_in_dim(
+                full, jax.lax.axis_index(self.axis) * self.shard, self.shard)
+        g = g * jnp.minimum(1.0, self.max_grad_norm / jnp.maximum(norm, 1e-12))
+        state = jax.tree.map(lambda x: x[0], opt_state) if self.stage else opt_state
+        flat_params = self._flat(params)
+        mine = flat_params if self.stage == 0 else jax.lax.dynamic_slice_in_dim(
+            flat_params, jax.lax.axis_index(self.axis) * self.shard, self.shard)
+        updates, state = self.optimizer.update(g, state)
+        mine = mine + updates  # [S]
+        if self.stage:
+            # An all-gather written as a sum of zero-padded shards: shard_map can then prove the
+            # parameters are the same on every device (its `all_gather` result is typed as
+            # per-device), at the price of an all-reduce instead of an all-gather.
+            placed = jax.lax.dynamic_update_slice_in_dim(
+                jnp.zeros(self.padded, mine.dtype), mine,
+                jax.lax.axis_index(self.axis) * self.shard, 0)
+            mine = jax.lax.psum(placed, self.axis)  # [padded]
+        new_params = self._unravel(mine[:self.size])
+        if self.stage:
+            state = jax.tree.map(lambda x: x[None], state)
+        return new_params, state, norm
+
+    def to_canonical(self, opt_state: Any) -> Any:
+        """Host arrays independent of stage and N: vector leaves `[P]`, others device 0's."""
+        def merge(leaf):
+            leaf = np.asarray(leaf)
+            if self.stage == 0:
+                return leaf[:self.size] if leaf.shape == (self.shard,) else leaf
+            if leaf.ndim == 2 and leaf.shape[1] == self.shard:  # a per-parameter vector
+                return leaf.reshape(-1)[:self.size]
+            return leaf[0]
+        return jax.tree.map(merge, opt_state)
+
+    def from_canonical(self, canonical: Any) -> Any:
+        """The inverse of `to_canonical` for this optimizer's stage and N."""
+        template = jax.eval_shape(self.init, self._unravel(jnp.zeros(self.size)))
+
+        def split(leaf, like):
+            leaf = np.asarray(leaf)
+            vector = like.shape[-1:] == (self.shard,) and like.ndim == (2 if self.stage else 1)
+            if vector:
+                padded = np.pad(leaf, (0, self.padded - self.size))
+                return padded.reshape(like.shape)
+            return np.broadcast_to(leaf, like.shape).copy()
+        return jax.tree.map(split, canonical, template)
