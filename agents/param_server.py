@@ -1,40 +1,45 @@
-"""Versioned parameters handed from the learner to the actors."""
+"""Versioned parameters handed from the learner to the actors' devices."""
 
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 
 
 class ParamServer:
-    """Holds the latest published parameters and their version.
+    """Holds the latest published parameters, one copy per actor device, and their version.
 
-    `publish` runs in the learner's thread and places the parameters on the actors' device
+    `publish` runs in the learner's thread and places the parameters on every actor device
     there, once per publish, so actor threads never issue transfers that could queue behind the
     learner's device work; actors only read a reference.
 
     Args:
-      device: the device actors run their policy on (None: where the parameters already are).
+      devices: the devices actors run their policies on (None: where the parameters already
+        are).
     """
 
-    def __init__(self, device: jax.Device | None = None):
-        self._device = device
+    def __init__(self, devices: Sequence[jax.Device] | None = None):
+        self._devices = list(devices) if devices else [None]
         self._lock = threading.Lock()
-        self._params: Any = None
+        self._copies: list[Any] = [None] * len(self._devices)
         self._version = 0
+
+    @property
+    def num_devices(self) -> int:
+        return len(self._devices)
 
     def publish(self, params: Any) -> int:
         """Makes `params` the latest; returns the new version (1 for the first publish)."""
-        # Always a fresh copy: the learner donates its own buffers to its next update, and a
+        # Always fresh copies: the learner donates its own buffers to its next update, and a
         # transfer to a device that already holds a shard of them may alias that shard.
-        params = jax.tree.map(jnp.copy, jax.device_put(params, self._device))
+        copies = [jax.tree.map(jnp.copy, jax.device_put(params, d)) for d in self._devices]
         with self._lock:
-            self._params = params
+            self._copies = copies
             self._version += 1
             return self._version
 
-    def latest(self) -> tuple[int, Any]:
-        """(version, params); version 0 and None before the first publish."""
+    def latest(self, device_index: int = 0) -> tuple[int, Any]:
+        """(version, params on actor device `device_index`); version 0, None before a publish."""
         with self._lock:
-            return self._version, self._params
+            return self._version, self._copies[device_index % len(self._copies)]

@@ -49,6 +49,13 @@ class RunConfig:
       checkpoint_period_s: seconds between checkpoints.
       run_dir: folder for metrics, checkpoints, the saved config and the learning curve.
       resume: continue from the latest checkpoint in run_dir.
+      learner_devices: indices into the local devices that split the learner's batch (empty:
+        all local devices).
+      actor_devices: indices into the local devices the actors' policies run on, assigned to
+        actors in turn (empty: the first local device). Parameters are copied to them once per
+        publish.
+      zero_stage: 0 (plain data parallelism), 1 (optimizer state partitioned over the learner
+        devices) or 2 (gradients partitioned too); Rajbhandari et al. 2019.
     """
 
     env: str = "Pong-v5"
@@ -70,6 +77,9 @@ class RunConfig:
     checkpoint_period_s: float = 600.0
     run_dir: str = "runs/run"
     resume: bool = False
+    learner_devices: tuple[int, ...] = ()
+    actor_devices: tuple[int, ...] = ()
+    zero_stage: int = 0
 
     def __post_init__(self):
         check_fields(
@@ -78,11 +88,30 @@ class RunConfig:
                       "eval_period", "eval_episodes", "max_episode_frames"),
             non_negative=("noop_max", "max_episode_steps", "log_period_s",
                           "checkpoint_period_s"),
-            unit_interval=("repeat_action_probability",))
+            unit_interval=("repeat_action_probability",), choices=(("zero_stage", (0, 1, 2)),))
+        for name in ("learner_devices", "actor_devices"):
+            indices = getattr(self, name)
+            if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
+                raise ValueError(f"{name} must be distinct indices >= 0 into the local devices, "
+                                 f"got {indices}")
         if self.actor_batch_size >= self.envs_per_actor:
             raise ValueError(
                 f"actor_batch_size ({self.actor_batch_size}) must be < envs_per_actor "
                 f"({self.envs_per_actor}) so envpool steps other envs while an actor acts")
+
+    def devices(self) -> tuple[list, list]:
+        """(learner devices, actor devices) from the local devices; ValueError if out of range."""
+        import jax  # here: configs stay importable and checkable without starting a backend
+
+        local = jax.local_devices()
+        for name in ("learner_devices", "actor_devices"):
+            bad = [i for i in getattr(self, name) if i >= len(local)]
+            if bad:
+                raise ValueError(f"{name} {bad} out of range: this host has {len(local)} local "
+                                 f"devices (indices 0..{len(local) - 1})")
+        learner = [local[i] for i in self.learner_devices] or list(local)
+        actor = [local[i] for i in self.actor_devices] or [local[0]]
+        return learner, actor
 
     @property
     def num_envs(self) -> int:

@@ -25,16 +25,18 @@ def check_divisible(batch_size: int, mesh: Mesh, name: str = "batch_size") -> No
                          f"use a multiple of {count}")
 
 
-def data_parallel(fn: Callable, mesh: Mesh, *, donate_state: bool = True,
+def data_parallel(fn: Callable, mesh: Mesh, *, state_spec: Any = P(), donate_state: bool = True,
                   per_example_output: bool = True) -> Callable:
     """jit(shard_map(fn)): `fn(state, batch)` sees its device's batch shard, full state.
 
     `fn` must reduce what it needs over `BATCH_AXIS` (`jax.lax.pmean` / `psum`) so that its first
     two outputs (new state, metrics) are the same on every device; a third output, if
-    `per_example_output`, is per-example and stays split along the batch.
+    `per_example_output`, is per-example and stays split along the batch. `state_spec` (a
+    pytree prefix of the state) places partitioned parts, such as ZeRO's optimizer state.
     """
-    out_specs = (P(), P(), P(BATCH_AXIS)) if per_example_output else (P(), P())
-    mapped = jax.shard_map(fn, mesh=mesh, in_specs=(P(), P(BATCH_AXIS)), out_specs=out_specs)
+    out_specs = (state_spec, P(), P(BATCH_AXIS)) if per_example_output else (state_spec, P())
+    mapped = jax.shard_map(fn, mesh=mesh, in_specs=(state_spec, P(BATCH_AXIS)),
+                           out_specs=out_specs)
     return jax.jit(mapped, donate_argnums=(0,) if donate_state else ())
 
 

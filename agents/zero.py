@@ -16,7 +16,7 @@ wrapped optimizer.
 
 Use inside `jax.shard_map` over `axis` (see `agents.sharding.data_parallel`):
 
-    zero = ZeroOptimizer(optax.adam(1e-3), params, num_devices=4, stage=2, max_grad_norm=40)
+    zero = ZeroOptimizer(optax.adam(1e-3), params, num_devices=4, stage=2, max_grad_norm=40.0)
     opt_state = zero.init(params)                  # global arrays, spec `zero.state_spec`
     ...inside the mapped update, with this device's gradient `grads` of the mean loss:
     params, opt_state, grad_norm = zero.step(params, grads, opt_state)
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from agents.sharding import BATCH_AXIS
 
@@ -45,13 +45,19 @@ class ZeroOptimizer:
       num_devices: N, the devices of the mesh axis.
       stage: 0 (replicated state), 1 (partitioned state), 2 (also partitioned gradients).
       max_grad_norm: clip the whole gradient to this global norm (inf: no clipping).
+      grad_reduction: "mean" when each device's gradient is of its shard's mean loss (the
+        devices' gradients are averaged), "sum" when of its shard's summed loss (added).
       axis: the mesh axis name.
     """
 
     def __init__(self, optimizer: optax.GradientTransformation, params: Any, num_devices: int,
-                 stage: int, max_grad_norm: float = float("inf"), axis: str = BATCH_AXIS):
+                 stage: int, max_grad_norm: float = float("inf"), grad_reduction: str = "mean",
+                 axis: str = BATCH_AXIS):
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        if grad_reduction not in ("mean", "sum"):
+            raise ValueError(f"grad_reduction must be 'mean' or 'sum', got {grad_reduction!r}")
+        self.grad_reduction = grad_reduction
         if num_devices < 1:
             raise ValueError(f"num_devices must be >= 1, got {num_devices}")
         flat, self._unravel = ravel_pytree(params)
@@ -84,20 +90,20 @@ class ZeroOptimizer:
 
         Args:
           params: the full parameters (replicated).
-          grads: this device's gradient of the mean loss over its own batch shard.
+          grads: this device's gradient of its own batch shard's loss (see grad_reduction).
           opt_state: this device's state (stages 1 and 2: its rows, leaves `[1, *leaf]`).
 
         Returns:
           (new full parameters, new state rows, global norm of the averaged gradient).
         """
-        n = self.num_devices
+        scale = 1.0 / self.num_devices if self.grad_reduction == "mean" else 1.0
         local = self._flat(grads)  # [padded]
         if self.stage == 2:
             # Each device receives only the sum of its own shard over all devices.
-            g = jax.lax.psum_scatter(local, self.axis, scatter_dimension=0, tiled=True) / n
+            g = jax.lax.psum_scatter(local, self.axis, scatter_dimension=0, tiled=True) * scale
             norm = jnp.sqrt(jax.lax.psum(jnp.sum(jnp.square(g)), self.axis))  # [S] -> []
         else:
-            full = jax.lax.pmean(local, self.axis)  # [padded]
+            full = jax.lax.psum(local, self.axis) * scale  # [padded]
             norm = jnp.sqrt(jnp.sum(jnp.square(full)))
             g = full if self.stage == 0 else jax.lax.dynamic_slice_in_dim(
                 full, jax.lax.axis_index(self.axis) * self.shard, self.shard)
@@ -144,3 +150,27 @@ class ZeroOptimizer:
                 return padded.reshape(like.shape)
             return np.broadcast_to(leaf, like.shape).copy()
         return jax.tree.map(split, canonical, template)
+
+    def state_specs(self, state_cls: type) -> Any:
+        """Partition specs for a training-state NamedTuple: its `opt_state` field as this
+        optimizer keeps it, every other field replicated."""
+        return state_cls(**{f: self.state_spec if f == "opt_state" else P()
+                            for f in state_cls._fields})
+
+    def place_state(self, state: Any, mesh: jax.sharding.Mesh) -> Any:
+        """Moves a training state with a canonical `opt_state` onto the mesh, partitioned."""
+        specs = self.state_specs(type(state))
+        state = state._replace(opt_state=self.from_canonical(state.opt_state))
+        return jax.tree.map(lambda spec, part: jax.device_put(part, NamedSharding(mesh, spec)),
+                            specs, state, is_leaf=lambda x: isinstance(x, P))
+
+    def host_state(self, state: Any) -> Any:
+        """A host copy of a placed training state, with its `opt_state` in canonical form."""
+        state = jax.device_get(state)
+        return state._replace(opt_state=self.to_canonical(state.opt_state))
+
+
+def canonical_opt_state(optimizer: optax.GradientTransformation, params: Any) -> Any:
+    """A fresh optimizer state in `ZeroOptimizer`'s canonical form (of the flat parameters)."""
+    flat, _ = ravel_pytree(params)
+    return jax.device_get(optimizer.init(flat))

@@ -105,18 +105,17 @@ def fill_replay(replay, info, count, rng):
 def learner_part(seconds):
     config, info = ATARI, env_info(actor_env_settings(ATARI, 0))
     network = make_network(config, info)
-    optimizer = make_optimizer(config)
     mesh = sharding.learner_mesh(jax.local_devices()[:1])
     replay = make_replay(config, info)
     fill_replay(replay, info, 20_000, np.random.default_rng(0))
-    state = init_state(network, optimizer, np.zeros(info.obs_shape, np.uint8),
+    state = init_state(network, make_optimizer(config), np.zeros(info.obs_shape, np.uint8),
                        jax.random.PRNGKey(0))
 
     # Bare: the jitted update alone on one batch already on the device.
-    update = make_update(network, optimizer, config, mesh)
+    update, zero = make_update(network, config, mesh, state.params)
     sample = replay.sample(config.batch_size)
     batch = sharding.put_batch(dict(sample.transitions, weights=sample.weights), mesh)
-    bare_state = sharding.put_replicated(jax.tree.map(np.copy, state), mesh)
+    bare_state = zero.place_state(jax.tree.map(np.copy, state), mesh)
     bare_state, _, p = update(bare_state, batch)
     jax.block_until_ready(p)
     count, start = 0, time.perf_counter()

@@ -108,11 +108,10 @@ def learner_part(seconds):
         for norm in ("none", "group"):
             config = ImpalaConfig(env="Pong-v5", torso=torso, norm=norm, num_groups=8)
             network = make_network(config, info)
-            optimizer = make_optimizer(config)
-            state = sharding.put_replicated(init_state(
-                network, optimizer, np.zeros(info.obs_shape, np.uint8), jax.random.PRNGKey(0)),
-                mesh)
-            update = make_update(network, optimizer, config, mesh)
+            state = init_state(network, make_optimizer(config),
+                               np.zeros(info.obs_shape, np.uint8), jax.random.PRNGKey(0))
+            update, zero = make_update(network, config, mesh, state.params)
+            state = zero.place_state(state, mesh)
             state, metrics = update(state, on_device)
             jax.block_until_ready(metrics)
             count, start = 0, time.perf_counter()

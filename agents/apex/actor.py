@@ -61,12 +61,14 @@ class ApexActor:
       update_period: agent steps per env between parameter pulls.
       seed: seed of the exploration generator.
       limiter: optional rate limiter shared with the learner.
+      device_index: which of the param server's actor devices this actor's policy runs on.
     """
 
     def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
                  epsilons: np.ndarray, builder: NStepBuilder, replay: PrioritizedReplay,
                  param_server: ParamServer, stats: RunStats, local_buffer_size: int,
-                 update_period: int, seed: int, limiter: SampleToInsertRatio | None = None):
+                 update_period: int, seed: int, limiter: SampleToInsertRatio | None = None,
+                 device_index: int = 0):
         self.actor_id = actor_id
         self._make_env, self._policy = make_env, policy
         self._epsilons, self._builder = epsilons, builder
@@ -74,6 +76,7 @@ class ApexActor:
         self._local_buffer_size, self._update_period = local_buffer_size, update_period
         self._rng = np.random.default_rng(seed)
         self._limiter = limiter
+        self._device_index = device_index
         self._local: list = []
         self._local_count = 0
 
@@ -94,7 +97,7 @@ class ApexActor:
         num_envs = len(self._epsilons)
         stream_offset = self.actor_id * num_envs
         returns = EpisodeReturns(num_envs, self._stats)
-        version, params = self._param_server.latest()
+        version, params = self._param_server.latest(self._device_index)
         steps_since_pull = 0
         env.async_reset()
         try:
@@ -102,7 +105,7 @@ class ApexActor:
                 obs, reward, terminated, truncated, info = env.recv()
                 env_ids = info["env_id"]
                 if steps_since_pull >= self._update_period * num_envs:
-                    version, params = self._param_server.latest()
+                    version, params = self._param_server.latest(self._device_index)
                     steps_since_pull = 0
                 q_values = np.asarray(self._policy(params, obs))
                 actions = epsilon_greedy(q_values, self._epsilons[env_ids], self._rng)

@@ -56,16 +56,17 @@ class ApexAgent:
     """Everything of one Ape-X run; `run()` trains until a stop condition and returns a summary.
 
     Args:
-      config: the run's settings.
-      learner_devices: devices the learner's batch is split over (default: all local devices).
+      config: the run's settings (its learner_devices, actor_devices and zero_stage place the
+        learner and the actors).
       print_fn: where progress lines go.
     """
 
-    def __init__(self, config: ApexConfig, learner_devices=None,
+    def __init__(self, config: ApexConfig,
                  print_fn: Callable = functools.partial(print, flush=True)):
         self.config, self.print = config, print_fn
         self.info = env_info(actor_env_settings(config, 0))
         self.network = make_network(config, self.info)
+        learner_devices, actor_devices = config.devices()
         self.mesh = sharding.learner_mesh(learner_devices)
         sharding.check_divisible(config.batch_size, self.mesh)
         self.replay = make_replay(config, self.info)
@@ -88,7 +89,7 @@ class ApexAgent:
             replay_stats = self.replay.stats()  # a resumed run keeps its ratio
             self.limiter.inserted(replay_stats["added"])
             self.limiter.sampled(replay_stats["sampled"])
-        self.param_server = ParamServer(device=jax.local_devices()[0])
+        self.param_server = ParamServer(actor_devices)
         self.learner = ApexLearner(config, self.network, self.replay, self.param_server, state,
                                    self.mesh, self.limiter)
         self.policy = jax.jit(self.network.apply)
@@ -106,7 +107,8 @@ class ApexAgent:
             actors.append(ApexActor(
                 i, lambda s=settings: make_env(s), self.policy, epsilons[own], builder,
                 self.replay, self.param_server, self.stats, config.local_buffer_size,
-                config.actor_update_period, seed=config.seed * 1_000 + i, limiter=self.limiter))
+                config.actor_update_period, seed=config.seed * 1_000 + i, limiter=self.limiter,
+                device_index=i))
         return actors
 
     def save(self) -> str:

@@ -21,6 +21,7 @@ from agents.apex.config import ApexConfig
 from agents.apex.losses import apex_loss, double_q_td_errors
 from agents.param_server import ParamServer
 from agents.rate_limiter import SampleToInsertRatio
+from agents.zero import ZeroOptimizer, canonical_opt_state
 from replay.prioritized import PrioritizedReplay, Sample
 
 
@@ -32,31 +33,35 @@ class TrainingState(NamedTuple):
 
 
 def make_optimizer(config: ApexConfig) -> optax.GradientTransformation:
-    """Global-norm clipping, then centered RMSProp (the paper's) or Adam."""
+    """Centered RMSProp (the paper's) or Adam; the global-norm clip is `ZeroOptimizer`'s."""
     if config.optimizer == "rmsprop_centered":
         # eps inside the square root, as in the DQN-family RMSProp the paper's epsilon refers to.
-        opt = optax.rmsprop(config.learning_rate, decay=config.rms_decay,
-                            eps=config.optimizer_epsilon, centered=True)
-    else:
-        opt = optax.adam(config.learning_rate, eps=config.optimizer_epsilon)
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), opt)
+        return optax.rmsprop(config.learning_rate, decay=config.rms_decay,
+                             eps=config.optimizer_epsilon, centered=True)
+    return optax.adam(config.learning_rate, eps=config.optimizer_epsilon)
 
 
 def init_state(network: nn.Module, optimizer: optax.GradientTransformation,
                sample_obs: np.ndarray, key: jax.Array) -> TrainingState:
-    """Fresh parameters for observations shaped like `sample_obs` `[*obs_shape]`."""
+    """Fresh parameters for observations shaped like `sample_obs` `[*obs_shape]`, with the
+    optimizer state in `ZeroOptimizer`'s canonical form (any stage, any device count)."""
     params = network.init(key, sample_obs[None])
     # A separate copy: the update donates the state, and one buffer cannot be donated twice.
     target_params = jax.tree.map(jnp.copy, params)
-    return TrainingState(params, target_params, optimizer.init(params), jnp.zeros((), jnp.int32))
+    return TrainingState(params, target_params, canonical_opt_state(optimizer, params),
+                         jnp.zeros((), jnp.int32))
 
 
-def make_update(network: nn.Module, optimizer: optax.GradientTransformation,
-                config: ApexConfig, mesh: jax.sharding.Mesh):
-    """`update(state, batch) -> (state, metrics, priorities [B])`, data-parallel over `mesh`.
+def make_update(network: nn.Module, config: ApexConfig, mesh: jax.sharding.Mesh,
+                params: Any) -> tuple[Any, ZeroOptimizer]:
+    """(`update(state, batch) -> (state, metrics, priorities [B])`, its `ZeroOptimizer`).
 
-    `batch` holds obs `[B, ...]`, action, reward, discount, next_obs and weights `[B]`.
+    Data-parallel over `mesh` with ZeRO stage `config.zero_stage`; `batch` holds obs `[B, ...]`,
+    action, reward, discount, next_obs and weights `[B]`. Place the state with
+    `zero.place_state` first.
     """
+    zero = ZeroOptimizer(make_optimizer(config), params, mesh.devices.size, config.zero_stage,
+                         config.max_grad_norm)
 
     def loss_fn(params, target_params, batch):
         q_tm1 = network.apply(params, batch["obs"])  # [b, A]
@@ -71,20 +76,18 @@ def make_update(network: nn.Module, optimizer: optax.GradientTransformation,
         grads, (td, mean_q) = jax.grad(loss_fn, has_aux=True)(
             sharding.per_device(state.params), state.target_params, batch)
         # Equal shards, so the mean of the shard means is the full batch's mean gradient.
-        grads = jax.lax.pmean(grads, sharding.BATCH_AXIS)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        params, opt_state, grad_norm = zero.step(state.params, grads, state.opt_state)
         steps = state.steps + 1
         copy = steps % config.target_update_period == 0
         target_params = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params,
                                      state.target_params)
         metrics = jax.lax.pmean(dict(
             loss=apex_loss(td, batch["weights"], config.loss, config.huber_delta),
-            mean_abs_td=jnp.mean(jnp.abs(td)), mean_q=mean_q,
-            grad_norm=optax.tree.norm(grads)), sharding.BATCH_AXIS)
+            mean_abs_td=jnp.mean(jnp.abs(td)), mean_q=mean_q), sharding.BATCH_AXIS)
+        metrics["grad_norm"] = grad_norm
         return TrainingState(params, target_params, opt_state, steps), metrics, jnp.abs(td)
 
-    return sharding.data_parallel(update, mesh)
+    return sharding.data_parallel(update, mesh, state_spec=zero.state_specs(TrainingState)), zero
 
 
 def sample_to_batch(sample: Sample) -> dict[str, np.ndarray]:
@@ -111,8 +114,8 @@ class ApexLearner:
         sharding.check_divisible(config.batch_size, mesh)
         self.config, self.replay, self.param_server, self.mesh = config, replay, param_server, mesh
         self.limiter = limiter
-        self.state = sharding.put_replicated(state, mesh)
-        self._update = make_update(network, make_optimizer(config), config, mesh)
+        self._update, self._zero = make_update(network, config, mesh, state.params)
+        self.state = self._zero.place_state(state, mesh)
         self._batches: queue.Queue = queue.Queue(maxsize=2)
         # Held while an update is dispatched: the old state's buffers are donated to it, so a
         # reader must never see a state that is being consumed.
@@ -171,9 +174,9 @@ class ApexLearner:
             self.replay.update_priorities(pending[0], np.asarray(pending[1]))
 
     def host_state(self) -> TrainingState:
-        """A host copy of the current training state (for checkpoints and tests)."""
+        """A host copy of the training state, optimizer state in canonical form (checkpoints)."""
         with self._state_lock:
-            return jax.device_get(self.state)
+            return self._zero.host_state(self.state)
 
     def host_metrics(self) -> dict[str, float]:
         """The latest update's metrics as Python floats."""

@@ -58,15 +58,17 @@ class ImpalaActor:
       param_server: source of parameters; pulled before every step (a reference read).
       stats: shared counters (env_steps, episodes and returns).
       seed: seed of the sampling key.
+      device_index: which of the param server's actor devices this actor's policy runs on.
     """
 
     def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
                  builder: UnrollBuilder, unrolls: queue.Queue, param_server: ParamServer,
-                 stats: RunStats, seed: int):
+                 stats: RunStats, seed: int, device_index: int = 0):
         self.actor_id = actor_id
         self._make_env, self._policy, self._builder = make_env, policy, builder
         self._unrolls, self._param_server, self._stats = unrolls, param_server, stats
         self._key = jax.random.PRNGKey(seed)
+        self._device_index = device_index
         self.put_wait_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
@@ -78,7 +80,7 @@ class ImpalaActor:
             while not stop.is_set():
                 obs, reward, terminated, truncated, info = env.recv()
                 env_ids = info["env_id"]
-                version, params = self._param_server.latest()
+                version, params = self._param_server.latest(self._device_index)
                 actions, logits = self._policy(params, obs, self._key, step)
                 actions, logits = np.asarray(actions), np.asarray(logits)
                 env.send(actions, env_ids)

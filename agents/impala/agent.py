@@ -38,16 +38,17 @@ class ImpalaAgent:
     """Everything of one IMPALA run; `run()` trains until a stop condition, returns a summary.
 
     Args:
-      config: the run's settings.
-      learner_devices: devices the learner's batch is split over (default: all local devices).
+      config: the run's settings (its learner_devices, actor_devices and zero_stage place the
+        learner and the actors).
       print_fn: where progress lines go.
     """
 
-    def __init__(self, config: ImpalaConfig, learner_devices=None,
+    def __init__(self, config: ImpalaConfig,
                  print_fn: Callable = functools.partial(print, flush=True)):
         self.config, self.print = config, print_fn
         self.info = env_info(actor_env_settings(config, 0))
         self.network = make_network(config, self.info)
+        learner_devices, actor_devices = config.devices()
         self.mesh = sharding.learner_mesh(learner_devices)
         self.stats = RunStats()
         self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
@@ -59,7 +60,7 @@ class ImpalaAgent:
             state, self.resumed_from = checkpoint.resume_run(self.checkpoint_dir, state,
                                                              self.stats)
         self.unrolls: queue.Queue = queue.Queue(maxsize=config.queue_size)
-        self.param_server = ParamServer(device=jax.local_devices()[0])
+        self.param_server = ParamServer(actor_devices)
         self.learner = ImpalaLearner(config, self.network, self.unrolls, self.param_server,
                                      state, self.mesh)
         self.policy = make_policy(self.network)
@@ -71,7 +72,8 @@ class ImpalaAgent:
             i, lambda s=actor_env_settings(config, i): make_env(s), self.policy,
             UnrollBuilder(config.envs_per_actor, config.unroll_length, config.discount,
                           info.obs_shape, info.obs_dtype, info.num_actions),
-            self.unrolls, self.param_server, self.stats, seed=config.seed * 1_000 + i)
+            self.unrolls, self.param_server, self.stats, seed=config.seed * 1_000 + i,
+            device_index=i)
             for i in range(config.num_actors)]
 
     def save(self) -> str:

@@ -21,6 +21,7 @@ from agents.impala.config import ImpalaConfig
 from agents.impala.losses import impala_loss
 from agents.impala.unroll import Unrolls, stack_unrolls
 from agents.param_server import ParamServer
+from agents.zero import ZeroOptimizer, canonical_opt_state
 
 
 class TrainingState(NamedTuple):
@@ -30,7 +31,8 @@ class TrainingState(NamedTuple):
 
 
 def make_optimizer(config: ImpalaConfig) -> optax.GradientTransformation:
-    """Global-norm clipping, then RMSProp (or Adam) with the rate annealed linearly to 0.
+    """RMSProp (or Adam) with the rate annealed linearly to 0; the global-norm clip is
+    `ZeroOptimizer`'s.
 
     RMSProp follows the TensorFlow optimizer the paper's implementation used: epsilon inside
     the square root, sqrt(E[g^2] + eps) (optax's `eps_in_sqrt=True`), no momentum. With the
@@ -39,22 +41,27 @@ def make_optimizer(config: ImpalaConfig) -> optax.GradientTransformation:
     """
     schedule = optax.linear_schedule(config.learning_rate, 0.0, config.total_updates)
     if config.optimizer == "rmsprop":
-        opt = optax.rmsprop(schedule, decay=config.rms_decay, eps=config.optimizer_epsilon,
-                            eps_in_sqrt=True)
-    else:
-        opt = optax.adam(schedule, eps=config.optimizer_epsilon)
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), opt)
+        return optax.rmsprop(schedule, decay=config.rms_decay, eps=config.optimizer_epsilon,
+                             eps_in_sqrt=True)
+    return optax.adam(schedule, eps=config.optimizer_epsilon)
 
 
 def init_state(network: nn.Module, optimizer: optax.GradientTransformation,
                sample_obs: np.ndarray, key: jax.Array) -> TrainingState:
+    """Fresh parameters, with the optimizer state in `ZeroOptimizer`'s canonical form."""
     params = network.init(key, sample_obs[None])
-    return TrainingState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+    return TrainingState(params, canonical_opt_state(optimizer, params),
+                         jnp.zeros((), jnp.int32))
 
 
-def make_update(network: nn.Module, optimizer: optax.GradientTransformation,
-                config: ImpalaConfig, mesh: jax.sharding.Mesh):
-    """`update(state, batch) -> (state, metrics)` over unrolls `[B, T(+1), ...]` split on B."""
+def make_update(network: nn.Module, config: ImpalaConfig, mesh: jax.sharding.Mesh,
+                params: Any) -> tuple[Any, ZeroOptimizer]:
+    """(`update(state, batch) -> (state, metrics)`, its `ZeroOptimizer`) over unrolls
+    `[B, T(+1), ...]` split on B, with ZeRO stage `config.zero_stage`."""
+    # Each shard's loss is its part of the whole batch's (a sum, or a sum over all real steps'
+    # count), so the devices' gradients add up.
+    zero = ZeroOptimizer(make_optimizer(config), params, mesh.devices.size, config.zero_stage,
+                         config.max_grad_norm, grad_reduction="sum")
 
     def loss_fn(params, batch):
         time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)  # [T(+1), b, ...]
@@ -76,14 +83,12 @@ def make_update(network: nn.Module, optimizer: optax.GradientTransformation,
     def update(state: TrainingState, batch):
         grads, metrics = jax.grad(loss_fn, has_aux=True)(
             sharding.per_device(state.params), batch)
-        grads = jax.lax.psum(grads, sharding.BATCH_AXIS)  # each shard holds part of the sum
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics = jax.lax.pmean(dict(metrics, grad_norm=optax.tree.norm(grads)),
-                                sharding.BATCH_AXIS)
+        params, opt_state, grad_norm = zero.step(state.params, grads, state.opt_state)
+        metrics = dict(jax.lax.pmean(metrics, sharding.BATCH_AXIS), grad_norm=grad_norm)
         return TrainingState(params, opt_state, state.steps + 1), metrics
 
-    return sharding.data_parallel(update, mesh, per_example_output=False)
+    return sharding.data_parallel(update, mesh, state_spec=zero.state_specs(TrainingState),
+                                  per_example_output=False), zero
 
 
 class ImpalaLearner:
@@ -103,8 +108,8 @@ class ImpalaLearner:
         sharding.check_divisible(config.batch_size, mesh)
         self.config, self.unrolls, self.param_server, self.mesh = (
             config, unrolls, param_server, mesh)
-        self.state = sharding.put_replicated(state, mesh)
-        self._update = make_update(network, make_optimizer(config), config, mesh)
+        self._update, self._zero = make_update(network, config, mesh, state.params)
+        self.state = self._zero.place_state(state, mesh)
         self._state_lock = threading.Lock()  # see ApexLearner: the update donates the state
         self.updates = int(state.steps)
         self.version = self.param_server.publish(state.params)
@@ -143,8 +148,9 @@ class ImpalaLearner:
             self.lag = dict(policy_lag_mean=float(lag.mean()), policy_lag_max=float(lag.max()))
 
     def host_state(self) -> TrainingState:
+        """A host copy of the training state, optimizer state in canonical form (checkpoints)."""
         with self._state_lock:
-            return jax.device_get(self.state)
+            return self._zero.host_state(self.state)
 
     def host_metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.metrics.items()} | self.lag

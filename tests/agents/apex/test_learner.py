@@ -27,20 +27,21 @@ def random_batch(rng, size):
 
 def run_updates(config, devices, batches):
     network = QNetwork(2, "mlp", (("hidden_sizes", (32, 32)),), True)
-    optimizer = make_optimizer(config)
     mesh = sharding.learner_mesh(devices)
-    state = init_state(network, optimizer, np.zeros(4, np.float32), jax.random.PRNGKey(0))
-    state = sharding.put_replicated(state, mesh)
-    update = make_update(network, optimizer, config, mesh)
+    state = init_state(network, make_optimizer(config), np.zeros(4, np.float32),
+                       jax.random.PRNGKey(0))
+    update, zero = make_update(network, config, mesh, state.params)
+    state = zero.place_state(state, mesh)
     out = []
     for batch in batches:
         state, metrics, priorities = update(state, sharding.put_batch(batch, mesh))
         out.append((jax.device_get(metrics), np.asarray(priorities)))
-    return jax.device_get(state), out
+    return zero.host_state(state), out
 
 
+@pytest.mark.parametrize("zero_stage", [0, 1, 2])
 @pytest.mark.parametrize("optimizer", ["adam", "rmsprop_centered"])
-def test_four_devices_equal_one(optimizer):
+def test_four_devices_equal_one(optimizer, zero_stage):
     assert jax.device_count() == 4, "conftest.py fakes 4 CPU devices"
     # A moderate epsilon keeps the adaptive optimizers from turning float32 noise in a near-zero
     # gradient into a full-size step (Adam's update is ~lr * sign(g) when |g| >> epsilon).
@@ -49,7 +50,8 @@ def test_four_devices_equal_one(optimizer):
     rng = np.random.default_rng(0)
     batches = [random_batch(rng, 16) for _ in range(5)]
     state_1, out_1 = run_updates(config, jax.devices()[:1], batches)
-    state_4, out_4 = run_updates(config, jax.devices(), batches)
+    state_4, out_4 = run_updates(dataclasses.replace(config, zero_stage=zero_stage),
+                                 jax.devices(), batches)
     # Summing the gradient in 4 parts reorders float32 additions, nothing more.
     tolerance = dict(rtol=1e-4, atol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, **tolerance), state_1, state_4)

@@ -37,25 +37,27 @@ def random_unrolls(rng, batch) -> dict:
 
 def run_updates(config, devices, batches):
     network = PolicyValueNetwork(A, "mlp", (("hidden_sizes", (16,)),))
-    optimizer = make_optimizer(config)
     mesh = sharding.learner_mesh(devices)
-    state = init_state(network, optimizer, np.zeros(4, np.float32), jax.random.PRNGKey(0))
-    state = sharding.put_replicated(state, mesh)
-    update = make_update(network, optimizer, config, mesh)
+    state = init_state(network, make_optimizer(config), np.zeros(4, np.float32),
+                       jax.random.PRNGKey(0))
+    update, zero = make_update(network, config, mesh, state.params)
+    state = zero.place_state(state, mesh)
     metrics = []
     for batch in batches:
         state, m = update(state, sharding.put_batch(batch, mesh))
         metrics.append(jax.device_get(m))
-    return jax.device_get(state), metrics
+    return zero.host_state(state), metrics
 
 
+@pytest.mark.parametrize("zero_stage", [0, 1, 2])
 @pytest.mark.parametrize("reduction", ["sum", "mean"])
-def test_four_devices_equal_one(reduction):
+def test_four_devices_equal_one(reduction, zero_stage):
     config = dataclasses.replace(CONFIG, reduction=reduction)
     rng = np.random.default_rng(0)
     batches = [random_unrolls(rng, 8) for _ in range(4)]
     state_1, _ = run_updates(config, jax.devices()[:1], batches)
-    state_4, _ = run_updates(config, jax.devices(), batches)
+    state_4, _ = run_updates(dataclasses.replace(config, zero_stage=zero_stage),
+                             jax.devices(), batches)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
                  state_1, state_4)
     assert int(state_4.steps) == 4
