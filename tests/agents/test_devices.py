@@ -61,3 +61,16 @@ def test_device_indices_out_of_range_raise():
         dataclasses.replace(ApexConfig(), learner_devices=(0, 7)).devices()
     with pytest.raises(ValueError, match="actor_devices"):
         ApexConfig(actor_devices=(1, 1))
+
+
+@pytest.mark.parametrize("agent_cls,cls,name,small", KINDS)
+def test_checkpoint_from_one_layout_resumes_under_another(agent_cls, cls, name, small,
+                                                          tmp_path):
+    first = agent_cls(config(cls, name, tmp_path, zero_stage=2, **SPLIT, **small))
+    first.run()
+    saved = first.learner.host_state()
+    resumed = agent_cls(config(cls, name, tmp_path, resume=True, zero_stage=1,
+                               learner_devices=(0, 1), log_period_s=0.5, eval_period=10**9,
+                               **small))
+    assert resumed.mesh.devices.size == 2
+    jax.tree.map(np.testing.assert_array_equal, resumed.learner.host_state(), saved)

@@ -74,3 +74,16 @@ def test_target_network_copies_on_schedule():
 def test_batch_that_does_not_split_over_devices_raises():
     with pytest.raises(ValueError, match="batch_size=18"):
         sharding.check_divisible(18, sharding.learner_mesh(jax.devices()))
+
+
+def test_three_learner_devices_equal_one():
+    """The device split of the actor/learner layout: batch 48 over devices 1-3."""
+    config = dataclasses.replace(CONFIG, batch_size=48, learning_rate=1e-3,
+                                 optimizer_epsilon=1e-3, zero_stage=1)
+    rng = np.random.default_rng(3)
+    batches = [random_batch(rng, 48) for _ in range(3)]
+    state_1, _ = run_updates(dataclasses.replace(config, zero_stage=0), jax.devices()[:1],
+                             batches)
+    state_3, _ = run_updates(config, jax.devices()[1:], batches)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                 state_1, state_3)
