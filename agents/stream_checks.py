@@ -32,3 +32,12 @@ def check_recv(env_ids, obs, num_envs: int, obs_shape: tuple[int, ...],
     if not np.can_cast(obs.dtype, obs_dtype, casting="same_kind"):
         raise ValueError(f"obs has dtype {obs.dtype}; the builder stores {obs_dtype}")
     return env_ids, obs
+
+
+def check_builder_args(gamma: float, **counts) -> None:
+    """ValueErrors for a builder's counts (each an integer >= 1) and discount (in [0, 1])."""
+    for name, value in counts.items():
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not 0.0 <= gamma <= 1.0:  # also rejects NaN
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")

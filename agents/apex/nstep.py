@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agents.stream_checks import check_recv, check_shape
+from agents.stream_checks import check_builder_args, check_recv, check_shape
 
 
 class NStepOutput(NamedTuple):
@@ -61,12 +61,7 @@ class NStepBuilder:
     """
 
     def __init__(self, num_envs: int, n: int, gamma: float, obs_shape, obs_dtype):
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
-        if not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"n must be an integer >= 1, got {n!r}")
-        if not 0.0 <= gamma <= 1.0:  # also rejects NaN
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        check_builder_args(gamma, num_envs=num_envs, n=n)
         self.num_envs, self.n, self.gamma = int(num_envs), int(n), float(gamma)
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.obs_dtype = np.dtype(obs_dtype)

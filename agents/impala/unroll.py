@@ -30,7 +30,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from agents.stream_checks import check_recv, check_shape
+from agents.stream_checks import check_builder_args, check_recv, check_shape
 
 
 class Unrolls(NamedTuple):
@@ -114,14 +114,8 @@ class UnrollBuilder:
 
     def __init__(self, num_envs: int, unroll_length: int, gamma: float, obs_shape, obs_dtype,
                  num_actions: int):
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
-        if not isinstance(unroll_length, (int, np.integer)) or unroll_length < 1:
-            raise ValueError(f"unroll_length must be an integer >= 1, got {unroll_length!r}")
-        if not 0.0 <= gamma <= 1.0:  # also rejects NaN
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        if not isinstance(num_actions, (int, np.integer)) or num_actions < 1:
-            raise ValueError(f"num_actions must be an integer >= 1, got {num_actions!r}")
+        check_builder_args(gamma, num_envs=num_envs, unroll_length=unroll_length,
+                           num_actions=num_actions)
         self.num_envs, self.unroll_length = int(num_envs), int(unroll_length)
         self.gamma, self.num_actions = float(gamma), int(num_actions)
         self.obs_shape = tuple(int(d) for d in obs_shape)
