@@ -39,28 +39,36 @@ class Driver:
       save: writes a checkpoint and returns its path.
       status: extra values for the metrics row and the progress line, e.g. replay size.
       print_fn: where progress lines go.
+      chief: writes metrics, checkpoints and plots (with several processes only process 0).
+      env_step_budget: this process's env steps before it stops (default: the whole
+        total_env_steps).
     """
 
     def __init__(self, name: str, config: Any, stats: RunStats, learner: Any,
                  evaluator: Evaluator, save: Callable[[], str],
-                 status: Callable[[], dict[str, float]], print_fn: Callable):
+                 status: Callable[[], dict[str, float]], print_fn: Callable,
+                 chief: bool = True, env_step_budget: int | None = None):
         self.name, self.config, self.stats, self.learner = name, config, stats, learner
-        self.evaluator, self.save, self.status, self.print = evaluator, save, status, print_fn
+        self.evaluator, self.status, self.print = evaluator, status, print_fn
+        self.save = save if chief else (lambda: None)
+        self.chief = chief
+        self.budget = config.total_env_steps if env_step_budget is None else env_step_budget
         self.eval_history: list[dict] = []
         self._last_eval = float("nan")
 
     def run(self, runner: ThreadRunner) -> dict:
         """Runs until a stop condition; returns the run's summary."""
         config = self.config
-        save_config(config, config.run_dir)
-        logger = MetricsLogger(config.run_dir)
+        if self.chief:
+            save_config(config, config.run_dir)
+        logger = MetricsLogger(config.run_dir) if self.chief else None
         start = time.monotonic()
         last = (start, self.stats.get("env_steps"), self.learner.updates)
         last_checkpoint, interrupted = start, False
         try:
             while not runner.wait(config.log_period_s):
                 last = self._report(logger, start, last)
-                if self.stats.get("env_steps") >= config.total_env_steps:
+                if self.stats.get("env_steps") >= self.budget:
                     break
                 if time.monotonic() - last_checkpoint >= config.checkpoint_period_s:
                     self.save()
@@ -72,8 +80,9 @@ class Driver:
             runner.stop()  # re-raises the first thread failure, after stopping every thread
         self._report(logger, start, last)
         path = self.save()
-        logger.close()
-        plot_learning_curve(config.run_dir, target=config.solved_return)
+        if logger is not None:
+            logger.close()
+            plot_learning_curve(config.run_dir, target=config.solved_return)
         summary = dict(self.stats.snapshot(), updates=self.learner.updates,
                        solved=self.evaluator.solved.is_set(), interrupted=interrupted,
                        wall_s=time.monotonic() - start, checkpoint=path,
@@ -83,12 +92,13 @@ class Driver:
                    f"checkpoint {path}")
         return summary
 
-    def _report(self, logger: MetricsLogger, start: float, last: tuple) -> tuple:
+    def _report(self, logger: MetricsLogger | None, start: float, last: tuple) -> tuple:
         """Logs evaluation results, prints the progress line, writes the train metrics."""
         while not self.evaluator.results.empty():
             result = self.evaluator.results.get()
             self.eval_history.append(result)
-            logger.write("eval", result["updates"], result)
+            if logger is not None:
+                logger.write("eval", result["updates"], result)
             self._last_eval = result["mean_return"]
         now, snapshot, updates = time.monotonic(), self.stats.snapshot(), self.learner.updates
         env_steps = snapshot.get("env_steps", 0)
@@ -98,7 +108,8 @@ class Driver:
         row = dict(env_steps=env_steps, env_steps_per_s=fps, updates=updates,
                    updates_per_s=ups, episode_return=snapshot["episode_return"],
                    eval_return=self._last_eval, **status, **self.learner.host_metrics())
-        logger.write("train", updates, row)
+        if logger is not None:
+            logger.write("train", updates, row)
         extra = " | ".join(f"{k.replace('_', ' ')} {v:,.6g}" for k, v in status.items())
         self.print(f"[{self.name} {now - start:6.0f}s] env steps {env_steps:>10,} ({fps:7,.0f}/s)"
                    f" | updates {updates:>8,} ({ups:5.1f}/s) | {extra} | return "

@@ -9,6 +9,7 @@ import signal
 import sys
 from typing import Callable
 
+from agents import distributed
 from agents.flags import config_from_flags, define_flags
 
 
@@ -27,6 +28,9 @@ def make_main(config_cls: type, agent_cls: type) -> Callable[[list[str]], int]:
             config = config_from_flags(config_cls)
         except ValueError as e:
             sys.exit(f"error: invalid flag value: {e}")
+        if getattr(config, "num_processes", 1) > 1:  # before anything else touches JAX
+            distributed.initialize(config.num_processes, config.process_id,
+                                   config.coordinator_address)
         # Also when the parent started this process with SIGINT ignored (a background job).
         signal.signal(signal.SIGINT, _interrupt)
         signal.signal(signal.SIGTERM, _interrupt)

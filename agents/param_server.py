@@ -6,6 +6,8 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
+from agents.sharding import local_copy
+
 
 class ParamServer:
     """Holds the latest published parameters, one copy per actor device, and their version.
@@ -33,6 +35,7 @@ class ParamServer:
         """Makes `params` the latest; returns the new version (1 for the first publish)."""
         # Always fresh copies: the learner donates its own buffers to its next update, and a
         # transfer to a device that already holds a shard of them may alias that shard.
+        params = local_copy(params)  # this process's replica when the learner spans processes
         copies = [jax.tree.map(jnp.copy, jax.device_put(params, d)) for d in self._devices]
         with self._lock:
             self._copies = copies

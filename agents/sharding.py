@@ -50,11 +50,35 @@ def per_device(tree: Any) -> Any:
     return jax.lax.pcast(tree, BATCH_AXIS, to="varying")
 
 
+def put_global(tree: Any, mesh: Mesh, spec: P) -> Any:
+    """Places host arrays, the same in every process, as global arrays laid out by `spec`.
+
+    Each process fills only its own devices' parts, so this also works when the mesh spans
+    several processes (`jax.distributed`).
+    """
+    sharding = NamedSharding(mesh, spec)
+
+    def place(x):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(place, tree)
+
+
 def put_replicated(tree: Any, mesh: Mesh) -> Any:
     """Copies `tree` to every device of the mesh."""
-    return jax.device_put(tree, NamedSharding(mesh, P()))
+    return put_global(tree, mesh, P())
 
 
 def put_batch(tree: Any, mesh: Mesh) -> Any:
-    """Splits every array of `tree` along its leading axis over the mesh."""
-    return jax.device_put(tree, NamedSharding(mesh, P(BATCH_AXIS)))
+    """Splits every array of `tree` along its leading axis over the mesh; with several
+    processes, `tree` is this process's share and the global batch joins them in order."""
+    sharding = NamedSharding(mesh, P(BATCH_AXIS))
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), tree)
+
+
+def local_copy(tree: Any) -> Any:
+    """This process's copy of replicated global arrays, as single-device arrays (host arrays
+    and arrays this process holds whole pass through)."""
+    return jax.tree.map(lambda x: x if getattr(x, "is_fully_addressable", True)
+                        else x.addressable_data(0), tree)

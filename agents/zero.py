@@ -29,9 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
-from agents.sharding import BATCH_AXIS
+from agents.sharding import BATCH_AXIS, local_copy, put_global
 
 STAGES = (0, 1, 2)
 
@@ -161,12 +161,12 @@ class ZeroOptimizer:
         """Moves a training state with a canonical `opt_state` onto the mesh, partitioned."""
         specs = self.state_specs(type(state))
         state = state._replace(opt_state=self.from_canonical(state.opt_state))
-        return jax.tree.map(lambda spec, part: jax.device_put(part, NamedSharding(mesh, spec)),
+        return jax.tree.map(lambda spec, part: put_global(part, mesh, spec),
                             specs, state, is_leaf=lambda x: isinstance(x, P))
 
     def host_state(self, state: Any) -> Any:
         """A host copy of a placed training state, with its `opt_state` in canonical form."""
-        state = jax.device_get(state)
+        state = jax.device_get(local_copy(state) if self.stage == 0 else state)
         return state._replace(opt_state=self.to_canonical(state.opt_state))
 
 

@@ -11,7 +11,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from agents import checkpoint, sharding
+from agents import checkpoint, distributed, sharding
 from agents.driver import Driver
 from agents.envs import EnvInfo, actor_env_settings, env_info, make_env
 from agents.evaluation import Evaluator
@@ -49,7 +49,10 @@ class ImpalaAgent:
         self.info = env_info(actor_env_settings(config, 0))
         self.network = make_network(config, self.info)
         learner_devices, actor_devices = config.devices()
+        if jax.process_count() > 1:  # one learner over every process's learner devices
+            learner_devices = distributed.global_learner_devices(config.learner_devices)
         self.mesh = sharding.learner_mesh(learner_devices)
+        self.chief = jax.process_index() == 0
         self.stats = RunStats()
         self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
         state = init_state(self.network, make_optimizer(config),
@@ -61,8 +64,10 @@ class ImpalaAgent:
                                                              self.stats)
         self.unrolls: queue.Queue = queue.Queue(maxsize=config.queue_size)
         self.param_server = ParamServer(actor_devices)
+        spec = UnrollBuilder(1, config.unroll_length, config.discount, self.info.obs_shape,
+                             self.info.obs_dtype, self.info.num_actions).spec
         self.learner = ImpalaLearner(config, self.network, self.unrolls, self.param_server,
-                                     state, self.mesh)
+                                     state, self.mesh, spec)
         self.policy = make_policy(self.network)
         self.greedy_scores = jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
 
@@ -93,11 +98,13 @@ class ImpalaAgent:
         runner.start("learner", self.learner.run)
         for actor in self._actors():
             runner.start(f"actor-{actor.actor_id}", actor.run)
-        runner.start("evaluator", evaluator.run)
+        if self.chief:
+            runner.start("evaluator", evaluator.run)
         if self.resumed_from:
             self.print(f"resumed from {self.resumed_from}")
         driver = Driver("impala", config, self.stats, self.learner, evaluator, self.save,
                         lambda: dict(queue=self.unrolls.qsize(),
                                      policy_lag=self.learner.lag["policy_lag_mean"]),
-                        self.print)
+                        self.print, chief=self.chief, env_step_budget=(
+                            config.total_env_steps // config.num_processes))
         return driver.run(runner)

@@ -41,6 +41,11 @@ class ImpalaConfig(RunConfig):
       mlp_hidden_sizes: widths of the mlp torso.
       norm: conv torso normalization: none, group or layer.
       num_groups: GroupNorm groups when norm=group (must divide every conv width).
+      num_processes: processes (hosts) that train one learner together with jax.distributed;
+        each runs its own actors and feeds batch_size / num_processes unrolls per update.
+      process_id: this process's index, 0 .. num_processes - 1; process 0 evaluates, logs and
+        checkpoints.
+      coordinator_address: host:port of process 0's coordinator (needed when num_processes > 1).
     """
 
     num_actors: int = 4
@@ -68,17 +73,34 @@ class ImpalaConfig(RunConfig):
     total_env_steps: int = 200_000_000
     eval_period: int = 1_000
     run_dir: str = "runs/impala"
+    num_processes: int = 1
+    process_id: int = 0
+    coordinator_address: str = ""
 
     def __post_init__(self):
         super().__post_init__()
         check_fields(
             self,
-            positive=("unroll_length", "batch_size", "queue_size", "publish_period"),
+            positive=("unroll_length", "batch_size", "queue_size", "publish_period",
+                      "num_processes"),
             non_negative=("baseline_cost", "entropy_cost", "rho_bar", "c_bar", "pg_rho_bar",
                           "learning_rate", "optimizer_epsilon", "max_grad_norm"),
             unit_interval=("discount", "lambda_", "rms_decay"),
             choices=(("optimizer", ("rmsprop", "adam")), ("reduction", REDUCTIONS),
                      ("torso", TORSOS), ("norm", NORMS)))
+        if not 0 <= self.process_id < max(self.num_processes, 1):
+            raise ValueError(f"process_id must be in [0, num_processes={self.num_processes}), "
+                             f"got {self.process_id}")
+        if self.num_processes > 1:
+            if not self.coordinator_address:
+                raise ValueError("coordinator_address (host:port of process 0) is required "
+                                 f"when num_processes={self.num_processes}")
+            if self.zero_stage != 0:
+                raise ValueError("zero_stage must be 0 when num_processes > 1 (partitioned "
+                                 "optimizer state across processes is not supported)")
+            if self.batch_size % self.num_processes:
+                raise ValueError(f"batch_size={self.batch_size} must split evenly over "
+                                 f"num_processes={self.num_processes}")
         if self.c_bar > self.rho_bar:
             raise ValueError(f"c_bar ({self.c_bar}) must be <= rho_bar ({self.rho_bar})")
         if any(h < 1 for h in self.mlp_hidden_sizes):

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from agents import sharding
 from agents.impala.config import ImpalaConfig
@@ -100,12 +101,19 @@ class ImpalaLearner:
       unrolls: the bounded queue the actors put single unrolls (`Unrolls` with K=1) into.
       param_server: where parameters are published for the actors.
       state: initial (or restored) `TrainingState`.
-      mesh: the learner devices.
+      mesh: the learner devices (across processes with `jax.distributed`).
+      unroll_spec: `UnrollBuilder.spec`, the fields of one unroll.
     """
 
     def __init__(self, config: ImpalaConfig, network: nn.Module, unrolls: queue.Queue,
-                 param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh):
+                 param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh,
+                 unroll_spec: dict):
         sharding.check_divisible(config.batch_size, mesh)
+        # With several processes each feeds its share of every batch (`put_batch`).
+        self.local_batch_size = config.batch_size // jax.process_count()
+        self.unroll_spec = {k: v for k, v in unroll_spec.items()
+                            if k not in ("param_versions", "env_ids")}
+        self._any = jax.jit(jnp.max, out_shardings=NamedSharding(mesh, P()))
         self.config, self.unrolls, self.param_server, self.mesh = (
             config, unrolls, param_server, mesh)
         self._update, self._zero = make_update(network, config, mesh, state.params)
@@ -118,10 +126,10 @@ class ImpalaLearner:
         self.wait_s = 0.0
 
     def _next_batch(self, stop: threading.Event) -> Unrolls | None:
-        """Dynamic batching: the next `batch_size` unrolls, whichever actors sent them."""
+        """Dynamic batching: this process's share of the next batch, whichever actors sent it."""
         parts = []
         start = time.perf_counter()
-        while len(parts) < self.config.batch_size:
+        while len(parts) < self.local_batch_size:
             try:
                 parts.append(self.unrolls.get(timeout=0.1))
             except queue.Empty:
@@ -130,14 +138,33 @@ class ImpalaLearner:
         self.wait_s += time.perf_counter() - start
         return stack_unrolls(parts)
 
+    def _stop_everywhere(self, stop: threading.Event) -> bool:
+        """Whether any process asked to stop; every process learns it at the same update, so
+        none is left waiting in a collective the others never join."""
+        if jax.process_count() == 1:
+            return stop.is_set()
+        local = np.full(len(self.mesh.local_devices), stop.is_set(), np.int32)
+        return bool(np.asarray(sharding.local_copy(self._any(
+            sharding.put_batch(local, self.mesh)))))
+
+    def _idle_batch(self) -> dict[str, np.ndarray]:
+        """A batch of pseudo steps only (masks 0): no gradient. With several processes it stands
+        in for a batch this one could not finish because it is stopping, so the others' update
+        still completes; the next `_stop_everywhere` then ends them all."""
+        return {name: np.zeros((self.local_batch_size,) + shape, dtype)
+                for name, (shape, dtype) in self.unroll_spec.items()}
+
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
+        while not self._stop_everywhere(stop):
             batch = self._next_batch(stop)
             if batch is None:
-                return
-            lag = self.version - batch.param_versions  # [B, T] learner minus acting version
-            fields = batch._asdict()
-            del fields["param_versions"], fields["env_ids"]
+                if jax.process_count() == 1:
+                    return
+                fields, lag = self._idle_batch(), None
+            else:
+                lag = self.version - batch.param_versions  # [B, T] learner - acting version
+                fields = batch._asdict()
+                del fields["param_versions"], fields["env_ids"]
             # Transfers for the learner stay in the learner's thread.
             on_device = sharding.put_batch(fields, self.mesh)
             with self._state_lock:
@@ -145,7 +172,9 @@ class ImpalaLearner:
             self.updates += 1
             if self.updates % self.config.publish_period == 0:
                 self.version = self.param_server.publish(self.state.params)
-            self.lag = dict(policy_lag_mean=float(lag.mean()), policy_lag_max=float(lag.max()))
+            if lag is not None:
+                self.lag = dict(policy_lag_mean=float(lag.mean()),
+                                policy_lag_max=float(lag.max()))
 
     def host_state(self) -> TrainingState:
         """A host copy of the training state, optimizer state in canonical form (checkpoints)."""
@@ -153,4 +182,5 @@ class ImpalaLearner:
             return self._zero.host_state(self.state)
 
     def host_metrics(self) -> dict[str, float]:
-        return {k: float(v) for k, v in self.metrics.items()} | self.lag
+        metrics = sharding.local_copy(self.metrics)
+        return {k: float(v) for k, v in metrics.items()} | self.lag

@@ -1,0 +1,41 @@
+"""Several processes (hosts), one data-parallel learner: JAX's own multi-process runtime.
+
+IMPALA's learners across hosts (Espeholt et al. 2018, Sec. 3.1) use `jax.distributed`: every
+process runs its own actors and envpool, contributes its local learner devices to one global
+mesh, and feeds its share of each batch; gradients are reduced across all processes inside the
+jitted update. Process 0 is the chief: it evaluates, logs and checkpoints.
+"""
+
+import jax
+
+
+def initialize(num_processes: int, process_id: int, coordinator_address: str) -> None:
+    """Joins the job's processes (before any other JAX call). A no-op for one process.
+
+    Args:
+      num_processes: processes in the job.
+      process_id: this process's index, 0 .. num_processes - 1.
+      coordinator_address: `host:port` of process 0's coordinator (loopback for one machine).
+    """
+    if num_processes <= 1:
+        return
+    if not coordinator_address:
+        raise ValueError("coordinator_address (host:port of process 0) is required when "
+                         f"num_processes={num_processes}")
+    # CPU devices need a collectives backend to reduce across processes; GPUs bring NCCL.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id)
+
+
+def global_learner_devices(local_indices: tuple[int, ...]) -> list:
+    """Every process's learner devices (`local_indices` into each one's local devices, empty:
+    all), ordered by process, for one global mesh."""
+    by_process: dict[int, list] = {}
+    for device in jax.devices():
+        by_process.setdefault(device.process_index, []).append(device)
+    chosen = []
+    for process in sorted(by_process):
+        local = sorted(by_process[process], key=lambda d: d.id)
+        chosen += [local[i] for i in local_indices] if local_indices else local
+    return chosen
