@@ -24,8 +24,11 @@ def initialize(num_processes: int, process_id: int, coordinator_address: str) ->
                          f"num_processes={num_processes}")
     # CPU devices need a collectives backend to reduce across processes; GPUs bring NCCL.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # The coordinator listens on the address the user named (JAX's default is every
+    # interface): 127.0.0.1 keeps a one-machine job on loopback.
     jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id)
+                               num_processes=num_processes, process_id=process_id,
+                               coordinator_bind_address=coordinator_address)
 
 
 def global_learner_devices(local_indices: tuple[int, ...]) -> list:
