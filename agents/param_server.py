@@ -27,10 +27,6 @@ class ParamServer:
         self._copies: list[Any] = [None] * len(self._devices)
         self._version = 0
 
-    @property
-    def num_devices(self) -> int:
-        return len(self._devices)
-
     def publish(self, params: Any) -> int:
         """Makes `params` the latest; returns the new version (1 for the first publish)."""
         # Always fresh copies: the learner donates its own buffers to its next update, and a

@@ -179,5 +179,10 @@ class ApexLearner:
             return self._zero.host_state(self.state)
 
     def host_metrics(self) -> dict[str, float]:
-        """The latest update's metrics as Python floats."""
-        return {k: float(v) for k, v in self.metrics.items()}
+        """The latest update's metrics as Python floats, and the cumulative seconds spent
+        sampling, waiting for a batch and (with a rate limiter) held back by it."""
+        waits = dict(sample_s=self.waits["sample_s"], learner_wait_s=self.waits["batch_s"])
+        if self.limiter is not None:
+            waits.update(actors_throttled_s=self.limiter.waited_s["insert"],
+                         learner_throttled_s=self.limiter.waited_s["sample"])
+        return {k: float(v) for k, v in self.metrics.items()} | waits

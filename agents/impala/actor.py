@@ -69,7 +69,6 @@ class ImpalaActor:
         self._unrolls, self._param_server, self._stats = unrolls, param_server, stats
         self._key = jax.random.PRNGKey(seed)
         self._device_index = device_index
-        self.put_wait_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
         env = self._make_env()

@@ -182,5 +182,8 @@ class ImpalaLearner:
             return self._zero.host_state(self.state)
 
     def host_metrics(self) -> dict[str, float]:
+        """The latest update's metrics, the policy lag and the cumulative seconds the learner
+        waited for unrolls."""
         metrics = sharding.local_copy(self.metrics)
-        return {k: float(v) for k, v in metrics.items()} | self.lag
+        return ({k: float(v) for k, v in metrics.items()} | self.lag
+                | dict(learner_wait_s=self.wait_s))
