@@ -23,20 +23,37 @@ class MetricsLogger:
 
     def write(self, group: str, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        if group not in self._writers:
-            path = os.path.join(self.run_dir, f"{group}.csv")
-            resuming = os.path.exists(path)
-            f = open(path, "a", newline="")
-            writer = csv.DictWriter(f, fieldnames=list(row), extrasaction="ignore")
-            if not resuming:
-                writer.writeheader()
-            self._files[group], self._writers[group] = f, writer
-        self._writers[group].writerow(row)
+        writer = self._writers.get(group)
+        if writer is None or not set(row) <= set(writer.fieldnames):
+            writer = self._open(group, list(row))
+        writer.writerow(row)
         self._files[group].flush()
         if self._tb is not None:
             for key, value in row.items():
                 if key != "step" and math.isfinite(value):
                     self._tb.add_scalar(f"{group}/{key}", value, step)
+
+    def _open(self, group: str, keys: list[str]) -> csv.DictWriter:
+        """Opens `<group>.csv` for appending with a header holding `keys`. Columns can appear
+        after the first row (the learner's metrics arrive with its first update, a resumed
+        run's file has its own header), so a file missing some is rewritten with them."""
+        path = os.path.join(self.run_dir, f"{group}.csv")
+        if group in self._files:
+            self._files.pop(group).close()
+        rows, fields = [], []
+        if os.path.exists(path):
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                rows, fields = list(reader), list(reader.fieldnames or [])
+        fields += [k for k in keys if k not in fields]
+        with open(path + ".tmp", "w", newline="") as f:
+            rewrite = csv.DictWriter(f, fieldnames=fields)
+            rewrite.writeheader()
+            rewrite.writerows(rows)
+        os.replace(path + ".tmp", path)
+        self._files[group] = open(path, "a", newline="")
+        self._writers[group] = csv.DictWriter(self._files[group], fieldnames=fields)
+        return self._writers[group]
 
     def close(self) -> None:
         for f in self._files.values():

@@ -1,0 +1,24 @@
+"""Metric CSVs keep every column, also those that first appear after the first row."""
+
+import csv
+
+from agents.logger import MetricsLogger
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_columns_that_appear_later_are_kept_and_a_resumed_file_is_extended(tmp_path):
+    logger = MetricsLogger(str(tmp_path), tensorboard=False)
+    logger.write("train", 0, dict(env_steps=10))
+    logger.write("train", 1, dict(env_steps=20, loss=0.5))
+    logger.close()
+    resumed = MetricsLogger(str(tmp_path), tensorboard=False)
+    resumed.write("train", 2, dict(env_steps=30, loss=0.25, grad_norm=3.0))
+    resumed.close()
+    rows = read(tmp_path / "train.csv")
+    assert [r["step"] for r in rows] == ["0", "1", "2"]
+    assert [r["loss"] for r in rows] == ["", "0.5", "0.25"]
+    assert rows[2]["grad_norm"] == "3.0" and rows[0]["env_steps"] == "10.0"
