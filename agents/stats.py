@@ -39,6 +39,21 @@ class RunStats:
                                      if self._returns else float("nan"))
             return out
 
+    def drain(self) -> tuple[dict[str, int], list[float]]:
+        """(counters, returns finished) since the last drain, and resets both; a worker
+        process forwards them to the main process's `RunStats` with `merge`."""
+        with self._lock:
+            counts, returns = dict(self._counts), list(self._returns)
+            self._counts.clear()
+            self._returns.clear()
+            return counts, returns
+
+    def merge(self, counts: dict[str, int], returns: list[float]) -> None:
+        """Adds another `RunStats`'s `drain()` (its episodes are counted in `counts`)."""
+        with self._lock:
+            self._counts.update(counts)
+            self._returns.extend(returns)
+
     def state_dict(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)

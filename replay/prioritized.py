@@ -38,12 +38,15 @@ class Sample(NamedTuple):
       transitions: dict of fields `[B, ...]`.
       weights: float32 `[B]` importance weights, max-normalized over the whole buffer.
       probabilities: float64 `[B]` the sampling probabilities P(i).
+      priorities: float64 `[B]` the scaled priorities p_i^alpha the draw used (with
+        `priority_mass`, what a sampler over several replays needs to weight the batch).
     """
 
     ids: np.ndarray
     transitions: dict[str, np.ndarray]
     weights: np.ndarray
     probabilities: np.ndarray
+    priorities: np.ndarray
 
 
 def _check_priorities(priorities: Any, batch_size: int) -> np.ndarray:
@@ -117,6 +120,11 @@ class PrioritizedReplay:
         with self._lock:
             return dict(size=self._size, **self._counters)
 
+    def priority_mass(self) -> tuple[float, float]:
+        """(sum, min) of the scaled priorities p_i^alpha held; (0, inf) when empty."""
+        with self._lock:
+            return self._tree.total, (self._tree.min if self._size else float("inf"))
+
     def _scaled(self, priorities: np.ndarray) -> np.ndarray:
         return (priorities + self.priority_epsilon) ** self.alpha
 
@@ -160,17 +168,18 @@ class PrioritizedReplay:
             self._counters["evicted"] += overwritten + len(victims)
         return ids
 
-    def _draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
-        """Under the lock: stratified slots, their ids, weights and a storage handle."""
+    def _draw(self, batch_size: int) -> tuple[np.ndarray, ...]:
+        """Under the lock: stratified slots' ids, scaled priorities, probabilities, importance
+        weights, and a storage handle."""
         total = self._tree.total
         if total <= 0.0:
             raise ValueError("cannot sample from an empty replay; add transitions first")
         slots = self._tree.sample(batch_size, self._rng)
-        probabilities = self._tree.get(slots) / total
+        priorities = self._tree.get(slots)
         # The largest weight any transition can get belongs to the least likely one.
-        min_probability = self._tree.min / total
-        weights = (probabilities / min_probability) ** -self._beta
-        return self._ids[slots], probabilities, weights, self.storage.locate(slots)
+        weights = (priorities / self._tree.min) ** -self._beta
+        return (self._ids[slots], priorities, priorities / total, weights,
+                self.storage.locate(slots))
 
     def sample(self, batch_size: int) -> Sample:
         """Samples `batch_size` transitions with P(i) proportional to p_i^alpha.
@@ -180,7 +189,7 @@ class PrioritizedReplay:
         if not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         with self._lock:
-            ids, probabilities, weights, handle = self._draw(batch_size)
+            ids, priorities, probabilities, weights, handle = self._draw(batch_size)
         transitions = self.storage.gather(handle)
         rows = np.arange(batch_size)  # the rows `handle` points at
         for _ in range(_MAX_REDRAWS):
@@ -192,14 +201,15 @@ class PrioritizedReplay:
                     break
                 rows = rows[raced]
                 self._counters["redrawn"] += len(rows)
-                ids[rows], probabilities[rows], weights[rows], handle = self._draw(len(rows))
+                (ids[rows], priorities[rows], probabilities[rows], weights[rows],
+                 handle) = self._draw(len(rows))
             redrawn = self.storage.gather(handle)
             for name, array in transitions.items():
                 array[rows] = redrawn[name]
         else:
             raise RuntimeError(f"sampling raced with adds {_MAX_REDRAWS} times in a row; the "
                                "replay is far too small for its add rate")
-        return Sample(ids, transitions, weights.astype(np.float32), probabilities)
+        return Sample(ids, transitions, weights.astype(np.float32), probabilities, priorities)
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Sets new priorities for sampled transitions; ids overwritten since are ignored.

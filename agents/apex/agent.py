@@ -5,7 +5,7 @@ Horgan et al. 2018 (arXiv:1803.00933). The main thread only watches (`agents.dri
 
 import functools
 import os
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -39,17 +39,52 @@ def make_network(config: ApexConfig, info: EnvInfo) -> QNetwork:
                     config.head_hidden_sizes, stack_axis_first=info.channels_first)
 
 
-def make_replay(config: ApexConfig, info: EnvInfo) -> PrioritizedReplay:
-    """The shared replay; Atari frame stacks are stored one frame at a time."""
+def make_replay(config: ApexConfig, info: EnvInfo, shard: int = 0) -> PrioritizedReplay:
+    """The replay (or shard `shard` of `config.replay_shards`, holding its share of the
+    capacity); Atari frame stacks are stored one frame at a time."""
+    capacity = -(-config.replay_capacity // config.replay_shards)
     obs = (info.obs_shape, info.obs_dtype)
     spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),
                 discount=((), np.float32), next_obs=obs)
     kwargs = dict(alpha=config.priority_exponent, beta=config.importance_exponent,
-                  seed=config.seed)
+                  seed=config.seed * 1_000 + shard)
     if info.is_atari:
-        storage = FrameStackStorage(spec, config.replay_capacity, stack_axis=0)
-        return PrioritizedReplay(config.replay_capacity, storage=storage, **kwargs)
-    return PrioritizedReplay(config.replay_capacity, spec, **kwargs)
+        storage = FrameStackStorage(spec, capacity, stack_axis=0)
+        return PrioritizedReplay(capacity, storage=storage, **kwargs)
+    return PrioritizedReplay(capacity, spec, **kwargs)
+
+
+def make_limiter(config: ApexConfig, replay: PrioritizedReplay) -> SampleToInsertRatio | None:
+    """The samples-per-insert limiter of `replay` (one shard's share of the warm-up), counting
+    what it already holds so a resumed run keeps its ratio; None when the run is free."""
+    if config.samples_per_insert <= 0:
+        return None
+    limiter = SampleToInsertRatio(
+        config.samples_per_insert, -(-config.min_replay_size // config.replay_shards),
+        tolerance=max(config.batch_size, config.samples_per_insert * config.local_buffer_size))
+    replay_stats = replay.stats()
+    limiter.inserted(replay_stats["added"])
+    limiter.sampled(replay_stats["sampled"])
+    return limiter
+
+
+def make_actor(config: ApexConfig, info: EnvInfo, actor_id: int, policy: Callable,
+               replay: Any, param_server: ParamServer, stats: RunStats,
+               limiter: SampleToInsertRatio | None = None, seed_offset: int = 0) -> ApexActor:
+    """Actor `actor_id` of the run: its envs' exploration rates and seeds, its n-step builder.
+
+    `seed_offset` gives a restarted actor a fresh exploration sequence.
+    """
+    own = slice(actor_id * config.envs_per_actor, (actor_id + 1) * config.envs_per_actor)
+    epsilons = exploration_epsilons(config.num_envs, config.epsilon_base,
+                                    config.epsilon_alpha)[own]
+    settings = actor_env_settings(config, actor_id)
+    builder = NStepBuilder(config.envs_per_actor, config.n_step, config.discount,
+                           info.obs_shape, info.obs_dtype)
+    return ApexActor(actor_id, lambda: make_env(settings), policy, epsilons, builder, replay,
+                     param_server, stats, config.local_buffer_size, config.actor_update_period,
+                     seed=config.seed * 1_000 + actor_id + 1_000_003 * seed_offset,
+                     limiter=limiter, device_index=actor_id)
 
 
 class ApexAgent:
@@ -66,10 +101,25 @@ class ApexAgent:
         self.config, self.print = config, print_fn
         self.info = env_info(actor_env_settings(config, 0))
         self.network = make_network(config, self.info)
+        self.backend = None
+        if config.backend == "ray":  # first: Ray starts its processes before JAX's threads
+            from agents.apex.ray_backend import RayBackend  # Ray only when asked for
+
+            self.backend = RayBackend(config, self.info, print_fn)
+            self.replay = self.backend.replay
+        else:
+            self.replay = make_replay(config, self.info)
+        try:
+            self._build_learner()
+        except BaseException:
+            self.close()
+            raise
+
+    def _build_learner(self) -> None:
+        config = self.config
         learner_devices, actor_devices = config.devices()
         self.mesh = sharding.learner_mesh(learner_devices)
         sharding.check_divisible(config.batch_size, self.mesh)
-        self.replay = make_replay(config, self.info)
         self.stats = RunStats()
         self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
         state = init_state(self.network, make_optimizer(config),
@@ -80,36 +130,12 @@ class ApexAgent:
             state, self.resumed_from = checkpoint.resume_run(
                 self.checkpoint_dir, state, self.stats,
                 self.replay if config.checkpoint_replay else None)
-        self.limiter = None
-        if config.samples_per_insert > 0:
-            self.limiter = SampleToInsertRatio(
-                config.samples_per_insert, config.min_replay_size,
-                tolerance=max(config.batch_size,
-                              config.samples_per_insert * config.local_buffer_size))
-            replay_stats = self.replay.stats()  # a resumed run keeps its ratio
-            self.limiter.inserted(replay_stats["added"])
-            self.limiter.sampled(replay_stats["sampled"])
+        # With Ray each shard holds its own limiter (`ReplayShard`).
+        self.limiter = None if self.backend else make_limiter(config, self.replay)
         self.param_server = ParamServer(actor_devices)
         self.learner = ApexLearner(config, self.network, self.replay, self.param_server, state,
                                    self.mesh, self.limiter)
         self.policy = jax.jit(self.network.apply)
-
-    def _actors(self) -> list[ApexActor]:
-        config, info = self.config, self.info
-        epsilons = exploration_epsilons(config.num_envs, config.epsilon_base,
-                                        config.epsilon_alpha)
-        actors = []
-        for i in range(config.num_actors):
-            settings = actor_env_settings(config, i)
-            own = slice(i * config.envs_per_actor, (i + 1) * config.envs_per_actor)
-            builder = NStepBuilder(config.envs_per_actor, config.n_step, config.discount,
-                                   info.obs_shape, info.obs_dtype)
-            actors.append(ApexActor(
-                i, lambda s=settings: make_env(s), self.policy, epsilons[own], builder,
-                self.replay, self.param_server, self.stats, config.local_buffer_size,
-                config.actor_update_period, seed=config.seed * 1_000 + i, limiter=self.limiter,
-                device_index=i))
-        return actors
 
     def save(self) -> str:
         """Checkpoints learner state, optimizer state, counters and the replay contents."""
@@ -118,7 +144,8 @@ class ApexAgent:
                                    self.replay if self.config.checkpoint_replay else None)
 
     def run(self) -> dict:
-        """Trains until the budget, the solved line, Ctrl-C or a thread failure."""
+        """Trains until the budget, the solved line, Ctrl-C or a failure of any thread or
+        Ray worker."""
         config = self.config
         eval_settings = actor_env_settings(config, 0).for_evaluation(config.eval_episodes)
         evaluator = Evaluator(lambda: make_env(eval_settings), self.policy, self.param_server,
@@ -127,11 +154,31 @@ class ApexAgent:
         runner = ThreadRunner()
         runner.start("prefetch", self.learner.prefetch)
         runner.start("learner", self.learner.run)
-        for actor in self._actors():
-            runner.start(f"actor-{actor.actor_id}", actor.run)
+        if self.backend:
+            runner.start("ray-actors", functools.partial(
+                self.backend.run_actors, self.param_server, self.stats))
+        else:
+            for i in range(config.num_actors):
+                actor = make_actor(config, self.info, i, self.policy, self.replay,
+                                   self.param_server, self.stats, self.limiter)
+                runner.start(f"actor-{i}", actor.run)
         runner.start("evaluator", evaluator.run)
         if self.resumed_from:
             self.print(f"resumed from {self.resumed_from}")
         driver = Driver("apex", config, self.stats, self.learner, evaluator, self.save,
-                        lambda: dict(replay_size=len(self.replay)), self.print)
-        return driver.run(runner)
+                        self._status, self.print)
+        try:
+            return driver.run(runner)
+        finally:
+            self.close()
+
+    def _status(self) -> dict[str, float]:
+        status = dict(replay_size=len(self.replay))
+        if self.backend:
+            status["actor_restarts"] = self.stats.get("actor_restarts")
+        return status
+
+    def close(self) -> None:
+        """Stops the Ray workers and shards (and a local cluster); nothing for threads."""
+        if self.backend:
+            self.backend.close()

@@ -12,6 +12,7 @@ from agents.run_config import RunConfig, check_fields
 from networks import NORMS, TORSOS
 
 OPTIMIZERS = ("rmsprop_centered", "adam")
+BACKENDS = ("threads", "ray")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +29,8 @@ class ApexConfig(RunConfig):
       local_buffer_size: transitions an actor collects before one batched add to the replay.
       actor_update_period: agent steps per env between an actor's parameter pulls (the paper:
         400 frames = 100 steps).
-      replay_capacity: transitions held by the prioritized replay (FIFO).
+      replay_capacity: transitions held by the prioritized replay (FIFO; split evenly over
+        replay_shards).
       priority_exponent: alpha of prioritized replay.
       importance_exponent: beta of the importance weights.
       min_replay_size: transitions in the replay before learning starts.
@@ -53,6 +55,18 @@ class ApexConfig(RunConfig):
       head_hidden_sizes: hidden widths of each dueling stream (the paper: 512 after the convs).
       checkpoint_replay: include the replay's contents in checkpoints (a full Atari replay is
         gigabytes; without it a resumed run refills the replay before learning).
+      backend: threads (everything in this process) or ray (actor workers and replay shards
+        are Ray actors, on any node of the cluster; the learner stays in this process).
+      ray_address: ray backend: local (start a loopback-only cluster on this host, stopped
+        at the end) or the address of a running cluster (host:port, or auto).
+      replay_shards: ray backend: replay shards; each actor adds to one of them and the
+        learner samples all of them in proportion to their total priority.
+      ray_cpus_per_actor: ray backend: CPUs Ray reserves for each actor worker (with the
+        node's CPU count this sets how many actors a node runs).
+      ray_object_store_mb: ray backend with ray_address=local: object store size in MiB (0:
+        Ray's default, 30% of memory).
+      ray_temp_dir: ray backend with ray_address=local: Ray's session folder (empty: Ray's
+        default, /tmp/ray).
     """
 
     epsilon_base: float = 0.4
@@ -84,19 +98,34 @@ class ApexConfig(RunConfig):
     head_hidden_sizes: tuple[int, ...] = (512,)
     checkpoint_replay: bool = True
     run_dir: str = "runs/apex"
+    backend: str = "threads"
+    ray_address: str = "local"
+    replay_shards: int = 1
+    ray_cpus_per_actor: float = 1.0
+    ray_object_store_mb: int = 0
+    ray_temp_dir: str = ""
 
     def __post_init__(self):
         super().__post_init__()
         check_fields(
             self,
             positive=("n_step", "local_buffer_size", "actor_update_period", "replay_capacity",
-                      "batch_size", "target_update_period", "publish_period"),
+                      "batch_size", "target_update_period", "publish_period", "replay_shards"),
             non_negative=("min_replay_size", "learning_rate", "optimizer_epsilon",
-                          "max_grad_norm", "samples_per_insert", "huber_delta"),
+                          "max_grad_norm", "samples_per_insert", "huber_delta",
+                          "ray_object_store_mb"),
             unit_interval=("discount", "priority_exponent", "importance_exponent",
                            "rms_decay", "epsilon_base"),
             choices=(("optimizer", OPTIMIZERS), ("loss", LOSSES), ("torso", TORSOS),
-                     ("norm", NORMS)))
+                     ("norm", NORMS), ("backend", BACKENDS)))
+        if self.backend == "threads" and self.replay_shards != 1:
+            raise ValueError(f"replay_shards={self.replay_shards} needs backend=ray; the "
+                             "threads backend has one replay")
+        if self.replay_shards > self.num_actors:
+            raise ValueError(f"replay_shards ({self.replay_shards}) must be <= num_actors "
+                             f"({self.num_actors}): every shard needs an actor feeding it")
+        if not self.ray_cpus_per_actor > 0:
+            raise ValueError(f"ray_cpus_per_actor must be > 0, got {self.ray_cpus_per_actor}")
         if self.min_replay_size > self.replay_capacity:
             raise ValueError(f"min_replay_size ({self.min_replay_size}) exceeds replay_capacity "
                              f"({self.replay_capacity})")

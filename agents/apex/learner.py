@@ -138,6 +138,8 @@ class ApexLearner:
             start = time.perf_counter()
             sample = self.replay.sample(batch_size)
             self.waits["sample_s"] += time.perf_counter() - start
+            if sample is None:  # a sharded replay released by a stopping run
+                continue
             if self.limiter is not None:
                 self.limiter.sampled(batch_size)
             while not stop.is_set():
