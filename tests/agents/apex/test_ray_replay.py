@@ -1,0 +1,129 @@
+"""Replay shards on a local Ray cluster: one buffer's distribution, priorities, save and load."""
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import ray
+from scipy import stats
+
+from agents import ray_cluster
+from agents.apex.agent import make_replay
+from agents.apex.config import ApexConfig
+from agents.apex.ray_backend import ReplayShard, ReplayShardLost, ShardedReplay
+from agents.envs import actor_env_settings, env_info
+from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
+
+NUM = 40  # transitions, tagged 0..NUM-1 in obs[:, 0]
+CONFIG = ApexConfig(env="CartPole-v1", num_actors=2, envs_per_actor=2, actor_batch_size=1,
+                    backend="ray", replay_capacity=64, min_replay_size=0)
+INFO = env_info(actor_env_settings(CONFIG, 0))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    assert ray_cluster.connect("local", temp_dir=str(tmp_path_factory.mktemp("ray")),
+                               **LOCAL_CLUSTER)
+    assert os.environ["RAY_AUTH_MODE"] == "token" and os.environ["RAY_AUTH_TOKEN"]
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
+    processes = child_processes()
+    assert processes  # the GCS and the raylet at least
+    yield
+    ray_cluster.disconnect()
+    assert_all_exited(processes)
+
+
+def transitions(tags):
+    tags = np.asarray(tags)
+    obs = np.zeros((len(tags), 4), np.float32)
+    obs[:, 0] = tags
+    return dict(obs=obs, action=np.zeros(len(tags), np.int32),
+                reward=np.ones(len(tags), np.float32),
+                discount=np.full(len(tags), 0.99, np.float32), next_obs=obs + 1)
+
+
+def filled(priorities, num_shards, seed=0):
+    """(sharded replay, shard handles, single buffer) holding the same tagged transitions;
+    shard k holds every num_shards-th tag, as actors feeding different shards would."""
+    config = dataclasses.replace(CONFIG, num_actors=max(2, num_shards), replay_shards=num_shards,
+                                 seed=seed)
+    shard_cls = ray.remote(ReplayShard).options(num_cpus=0, max_concurrency=4)
+    shards = [shard_cls.remote(config, INFO, k) for k in range(num_shards)]
+    tags = np.arange(NUM)
+    ray.get([shard.add.remote(transitions(tags[k::num_shards]), priorities[k::num_shards],
+                              tags[k::num_shards]) for k, shard in enumerate(shards)])
+    single = make_replay(CONFIG, INFO)
+    single.add(transitions(tags), priorities, tags)
+    return ShardedReplay(shards, CONFIG.importance_exponent, seed), shards, single
+
+
+def scaled(priorities):
+    return (priorities + 1e-6) ** CONFIG.priority_exponent
+
+
+@pytest.mark.usefixtures("cluster")
+def test_two_shards_sample_the_single_buffer_distribution_with_its_weights():
+    priorities = np.random.default_rng(0).exponential(size=NUM) * (np.arange(NUM) % 5)
+    sharded, _, single = filled(priorities, num_shards=2)
+    expected = scaled(priorities) / scaled(priorities).sum()
+    counts = np.zeros(NUM)
+    for _ in range(150):
+        sample = sharded.sample(64)
+        tags = sample.transitions["obs"][:, 0].astype(int)
+        np.add.at(counts, tags, 1)
+        np.testing.assert_array_equal(sample.transitions["next_obs"][:, 0], tags + 1)
+        np.testing.assert_allclose(sample.probabilities, expected[tags], rtol=1e-9)
+        one = single.sample(64)  # the one buffer's weights for the same transitions
+        weight_of = dict(zip(one.transitions["obs"][:, 0].astype(int), one.weights))
+        for tag, weight in zip(tags, sample.weights):
+            if tag in weight_of:
+                assert weight == pytest.approx(weight_of[tag], rel=1e-6)
+    live = priorities > 0
+    assert counts[~live].sum() < 0.01 * counts.sum()  # only the 1e-6 epsilon left
+    assert stats.chisquare(counts[live], counts[live].sum() * expected[live]
+                           / expected[live].sum()).pvalue > 1e-3
+
+
+@pytest.mark.usefixtures("cluster")
+def test_new_priorities_reach_the_shard_that_holds_the_transition():
+    priorities = np.ones(NUM)
+    sharded, shards, _ = filled(priorities, num_shards=2)
+    sample = sharded.sample(32)
+    tags = sample.transitions["obs"][:, 0].astype(int)
+    new = priorities.copy()
+    new[tags] = 5.0 + tags
+    sharded.update_priorities(sample.ids, new[tags])
+    sharded.update_priorities(np.zeros(0, np.int64), np.zeros(0))  # waits for the first
+    for k, shard in enumerate(shards):
+        total, minimum = ray.get(shard.priority_mass.remote())
+        assert total == pytest.approx(scaled(new[k::2]).sum(), rel=1e-12)
+        assert minimum == pytest.approx(scaled(new[k::2]).min(), rel=1e-12)
+    assert sharded.stats()["updates_applied"] == 32
+
+
+@pytest.mark.usefixtures("cluster")
+def test_save_and_load_restore_every_shard(tmp_path):
+    priorities = np.arange(1.0, NUM + 1)
+    sharded, shards, _ = filled(priorities, num_shards=2)
+    path = str(tmp_path / "replay.npz")
+    sharded.save(path)
+    restored, restored_shards, _ = filled(np.ones(NUM), num_shards=2, seed=1)
+    restored.load(path)
+    for before, after in zip(shards, restored_shards):
+        original, loaded = ray.get([before.state_dict.remote(), after.state_dict.remote()])
+        assert original.keys() == loaded.keys()
+        for name in original:
+            np.testing.assert_array_equal(original[name], loaded[name], err_msg=name)
+    three, _, _ = filled(np.ones(NUM), num_shards=3)
+    with pytest.raises(ValueError, match="holds 2 replay shards; this run has replay_shards=3"):
+        three.load(path)
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_dead_shard_stops_sampling_with_a_clear_error():
+    sharded, shards, _ = filled(np.ones(NUM), num_shards=2)
+    ray.kill(shards[1])
+    with pytest.raises(ReplayShardLost, match="(?s)a replay shard died.*--resume"):
+        for _ in range(50):  # until the kill has landed
+            sharded.sample(8)
