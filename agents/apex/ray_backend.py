@@ -155,8 +155,9 @@ class ShardedReplay:
         # The largest weight of any transition in any shard normalizes, as in one buffer.
         min_priority = min(masses[:, 1].min(), priorities.min())
         weights = (priorities / min_priority) ** -self.beta
-        transitions = {name: np.concatenate([part.transitions[name] for part in parts])
-                       for name in parts[0].transitions}
+        transitions = parts[0].transitions if len(parts) == 1 else {
+            name: np.concatenate([part.transitions[name] for part in parts])
+            for name in parts[0].transitions}
         return Sample(ids, transitions, weights.astype(np.float32), priorities / total,
                       priorities)
 
@@ -276,6 +277,14 @@ class RayBackend:
         self.config, self.info, self.print = config, info, print_fn
         self._connected = ray_cluster.connect(config.ray_address, config.ray_object_store_mb,
                                               config.ray_temp_dir)
+        wanted, cpus = (config.num_actors * config.ray_cpus_per_actor,
+                        ray.cluster_resources().get("CPU", 0))
+        if wanted > cpus:  # Ray would leave the extra workers pending forever
+            if self._connected:
+                ray_cluster.disconnect()
+            raise ValueError(f"num_actors * ray_cpus_per_actor = {wanted:g} CPUs, but the Ray "
+                             f"cluster has {cpus:g}; lower ray_cpus_per_actor or num_actors, "
+                             "or add nodes")
         per_shard = -(-config.num_actors // config.replay_shards)
         # Shards reserve no CPU: the CPUs count actor workers (ray_cpus_per_actor each).
         shard_cls = ray.remote(ReplayShard).options(num_cpus=0, max_concurrency=per_shard + 8)

@@ -1,7 +1,9 @@
-"""Replay shards on a local Ray cluster: one buffer's distribution, priorities, save and load."""
+"""Ape-X's Ray pieces on a local cluster: shards sample as one buffer, priorities, save and load,
+failures of shards and actor workers."""
 
 import dataclasses
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -11,13 +13,16 @@ from scipy import stats
 from agents import ray_cluster
 from agents.apex.agent import make_replay
 from agents.apex.config import ApexConfig
-from agents.apex.ray_backend import ReplayShard, ReplayShardLost, ShardedReplay
+from agents.apex.ray_backend import RayBackend, ReplayShard, ReplayShardLost, ShardedReplay
 from agents.envs import actor_env_settings, env_info
+from agents.param_server import ParamServer
+from agents.stats import RunStats
 from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
 
 NUM = 40  # transitions, tagged 0..NUM-1 in obs[:, 0]
 CONFIG = ApexConfig(env="CartPole-v1", num_actors=2, envs_per_actor=2, actor_batch_size=1,
-                    backend="ray", replay_capacity=64, min_replay_size=0)
+                    backend="ray", replay_capacity=64, min_replay_size=0, torso="mlp",
+                    head_hidden_sizes=())
 INFO = env_info(actor_env_settings(CONFIG, 0))
 
 
@@ -127,3 +132,26 @@ def test_a_dead_shard_stops_sampling_with_a_clear_error():
     with pytest.raises(ReplayShardLost, match="(?s)a replay shard died.*--resume"):
         for _ in range(50):  # until the kill has landed
             sharded.sample(8)
+
+
+@pytest.mark.usefixtures("cluster")
+def test_an_exception_in_an_actor_worker_fails_the_run_with_its_traceback():
+    backend = RayBackend(CONFIG, INFO, print)
+    assert backend.replay.shards  # the fixture's cluster, used as it is
+    params = ParamServer()
+    params.publish({"params": {}})  # parameters the workers' policy cannot apply
+    try:
+        with pytest.raises(RuntimeError, match="(?s)actor worker [01] failed.*agents/apex/actor.py.*in run"):
+            backend.run_actors(params, RunStats(), threading.Event())
+    finally:
+        backend.close()
+    assert ray.is_initialized()  # the cluster was not this backend's to stop
+
+
+@pytest.mark.usefixtures("cluster")
+def test_more_actor_cpus_than_the_cluster_has_is_a_clear_error():
+    config = dataclasses.replace(CONFIG, num_actors=3)
+    with pytest.raises(ValueError, match=r"num_actors \* ray_cpus_per_actor = 3 CPUs, but the "
+                                         r"Ray cluster has 2"):
+        RayBackend(config, INFO, print)
+    assert ray.is_initialized()
