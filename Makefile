@@ -42,6 +42,8 @@ bench: setup-dev
 	$(PY) benchmarks/bench_replay_contention.py
 	$(PY) benchmarks/bench_apex.py
 	$(PY) benchmarks/bench_impala.py
+	$(PY) benchmarks/bench_zero.py
+	$(PY) benchmarks/bench_apex_ray.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
