@@ -41,7 +41,7 @@ def connect(address: str, object_store_mb: int = 0, temp_dir: str = "",
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     # With Ray's multi-host support off, this node's IP is the loopback address, so the GCS,
     # raylet, object manager and workers listen there only (Ray reads it at import time, and
-    # at call time from this attribute).
+    # at call time from this attribute). `disconnect` turns it back on.
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
@@ -58,5 +58,6 @@ def connect(address: str, object_store_mb: int = 0, temp_dir: str = "",
 def disconnect() -> None:
     """Disconnects; a local cluster's processes all exit."""
     ray.shutdown()
-    os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, None)
-    ray_constants.ENABLE_RAY_CLUSTER = not ray_constants.IS_WINDOWS_OR_OSX
+    if os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR) == "0":
+        del os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR]
+        ray_constants.ENABLE_RAY_CLUSTER = not ray_constants.IS_WINDOWS_OR_OSX

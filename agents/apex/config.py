@@ -56,7 +56,8 @@ class ApexConfig(RunConfig):
       checkpoint_replay: include the replay's contents in checkpoints (a full Atari replay is
         gigabytes; without it a resumed run refills the replay before learning).
       backend: threads (everything in this process) or ray (actor workers and replay shards
-        are Ray actors, on any node of the cluster; the learner stays in this process).
+        are Ray actors, on any node of the cluster, the workers acting on their node's CPU;
+        the learner and evaluator stay in this process, on learner_devices and actor_devices).
       ray_address: ray backend: local (start a loopback-only cluster on this host, stopped
         at the end) or the address of a running cluster (host:port, or auto).
       replay_shards: ray backend: replay shards; each actor adds to one of them and the
