@@ -24,11 +24,14 @@ def test_every_field_is_a_flag_with_its_docstring_help(cls):
 
 
 @pytest.mark.parametrize("name,cls", [
-    ("apex_cartpole", ApexConfig), ("apex_atari", ApexConfig),
+    ("apex_cartpole", ApexConfig), ("apex_atari", ApexConfig), ("apex_atari_ray", ApexConfig),
     ("impala_cartpole", ImpalaConfig), ("impala_atari", ImpalaConfig)])
 def test_flagfiles_parse_into_valid_configs(name, cls):
     config = config_from_flagfile(cls, os.path.join(CONFIGS, f"{name}.cfg"))
     assert config.env == ("CartPole-v1" if "cartpole" in name else "Pong-v5")
+    if name == "apex_atari_ray":  # the paper's settings, from the flagfile it includes
+        assert (config.backend, config.num_envs, config.replay_shards) == ("ray", 360, 4)
+        assert (config.batch_size, config.replay_capacity) == (512, 2_000_000)
 
 
 def test_paper_defaults():

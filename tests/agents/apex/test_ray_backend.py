@@ -69,7 +69,11 @@ def scaled(priorities):
 
 @pytest.mark.usefixtures("cluster")
 def test_two_shards_sample_the_single_buffer_distribution_with_its_weights():
-    priorities = np.random.default_rng(0).exponential(size=NUM) * (np.arange(NUM) % 5)
+    # Unequal shards: shard 1 (odd tags) holds 3x the mass and shard 0 alone holds zeros, so a
+    # wrong split or a shard's own minimum in the weights would show.
+    priorities = np.random.default_rng(0).exponential(size=NUM) + 0.1
+    priorities[1::2] *= 3.0
+    priorities[0:NUM:10] = 0.0
     sharded, _, single = filled(priorities, num_shards=2)
     expected = scaled(priorities) / scaled(priorities).sum()
     counts = np.zeros(NUM)
