@@ -30,17 +30,21 @@ import dataclasses
 import difflib
 from typing import Any, NamedTuple
 
-import envpool
 import numpy as np
-from envpool.registration import registry as _registry
 
 _INT32_LIMIT = 2**31
 
 
+# envpool is imported where it is used: learner-only code (a GPU host without envpool, with
+# `EnvInfo` written out) imports the agents without it.
+
+
 def is_atari(env_id: str) -> bool:
     """True iff envpool implements `env_id` with its Atari (ALE) backend."""
+    from envpool.registration import registry
+
     # The registry maps each id to (import path, spec class, defaults) without building a spec.
-    entry = _registry.specs.get(env_id)
+    entry = registry.specs.get(env_id)
     return entry is not None and entry[0] == "envpool.atari"
 
 
@@ -97,6 +101,8 @@ class EnvSettings:
     full_action_space: bool = False
 
     def __post_init__(self):
+        import envpool
+
         all_ids = envpool.list_all_envs()
         if self.env_id not in all_ids:
             close = difflib.get_close_matches(str(self.env_id), all_ids, n=5, cutoff=0.5)
@@ -198,6 +204,8 @@ class EnvInfo(NamedTuple):
 
 def env_info(settings: EnvSettings) -> EnvInfo:
     """Reads observation and action spaces from the envpool spec, without creating envs."""
+    import envpool
+
     spec = envpool.make_spec(settings.env_id, **settings.envpool_kwargs())
     obs_space, action_space = spec.observation_space, spec.action_space
     if not hasattr(action_space, "n"):
@@ -217,6 +225,8 @@ def make_env(settings: EnvSettings):
     Returns:
       An envpool `GymnasiumEnvPool`; `env.config` holds the settings envpool applied.
     """
+    import envpool
+
     return envpool.make(settings.env_id, env_type="gymnasium", **settings.envpool_kwargs())
 
 

@@ -4,8 +4,6 @@ import csv
 import math
 import os
 
-from tensorboardX import SummaryWriter
-
 
 class MetricsLogger:
     """Writes each group of metrics (`train`, `eval`) to `<run_dir>/<group>.csv` and TensorBoard.
@@ -19,7 +17,11 @@ class MetricsLogger:
         os.makedirs(run_dir, exist_ok=True)
         self.run_dir = run_dir
         self._files, self._writers = {}, {}
-        self._tb = SummaryWriter(os.path.join(run_dir, "tb")) if tensorboard else None
+        self._tb = None
+        if tensorboard:  # imported here: hosts that only run learners may lack it
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(run_dir, "tb"))
 
     def write(self, group: str, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
