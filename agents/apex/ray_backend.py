@@ -18,6 +18,7 @@ actors feed a replay on other machines (Horgan et al. 2018, Sec. 3):
 
 import os
 import threading
+import time
 import zipfile
 from typing import Any, Callable
 
@@ -34,7 +35,8 @@ from agents.param_server import ParamServer
 from agents.stats import RunStats
 from replay.prioritized import Sample
 
-POLL_S = 0.1  # the driver's cadence: worker health, parameter pushes, counters
+POLL_S = 0.1  # the driver's cadence for worker health and parameter pushes
+STATS_PERIOD_S = 1.0  # and for collecting the workers' counters (one call per worker)
 STOP_TIMEOUT_S = 30.0
 
 
@@ -238,7 +240,7 @@ class ActorWorker:
         self._version = -1
         self.param_server = ParamServer()
         self.set_params(version, params)
-        self.stats = RunStats(window=100_000)  # drained every POLL_S
+        self.stats = RunStats(window=100_000)  # drained every STATS_PERIOD_S
         network = make_network(config, info)
         self.actor = make_actor(config, info, actor_id, jax.jit(network.apply),
                                 _ShardWriter(shard, self._stop), self.param_server, self.stats,
@@ -346,10 +348,13 @@ class RayBackend:
             self._push_params(param_server)  # the learner published its first version
             for actor_id in range(self.config.num_actors):
                 self._start_worker(actor_id)
+            last_stats = time.monotonic()
             while not stop.wait(POLL_S):
                 self._check_workers(stats)
                 self._push_params(param_server)
-                self._forward_stats(stats)
+                if time.monotonic() - last_stats >= STATS_PERIOD_S:
+                    self._forward_stats(stats)
+                    last_stats = time.monotonic()
         finally:
             self._stop_workers(stats)
 
