@@ -217,7 +217,8 @@ class _ShardWriter:
             if done:
                 _shard_call(done[0], "add")
                 self._in_flight = None
-        self._in_flight = self._shard.add.remote(transitions, priorities, streams)
+        if not self._stop.is_set():
+            self._in_flight = self._shard.add.remote(transitions, priorities, streams)
 
 
 class ActorWorker:
@@ -315,8 +316,10 @@ class RayBackend:
                 ray.get(ref)
             except RayTaskError as e:  # its code raised: a restart would fail again
                 raise RuntimeError(f"actor worker {actor_id} failed:\n{e}") from e
-            except RayActorError as e:  # its process or node died
-                self._restarts[actor_id] += 1
+            except RayActorError as e:
+                if e.actor_init_failed:  # its constructor raised: a restart would fail again
+                    raise RuntimeError(f"actor worker {actor_id} failed to start:\n{e}") from e
+                self._restarts[actor_id] += 1  # its process or node died
                 stats.add(actor_restarts=1)
                 self.print(f"actor worker {actor_id} died ({type(e).__name__}); restarting it "
                            f"(restart {self._restarts[actor_id]} of this actor)")

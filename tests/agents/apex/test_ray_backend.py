@@ -139,16 +139,26 @@ def test_a_dead_shard_stops_sampling_with_a_clear_error():
 
 
 @pytest.mark.usefixtures("cluster")
-def test_an_exception_in_an_actor_worker_fails_the_run_with_its_traceback():
-    backend = RayBackend(CONFIG, INFO, print)
-    assert backend.replay.shards  # the fixture's cluster, used as it is
+@pytest.mark.parametrize("env,match", [
+    # Parameters the workers' policy cannot apply: their run() raises.
+    ("CartPole-v1", "(?s)actor worker [01] failed:.*agents/apex/actor.py.*in run"),
+    # An env id envpool does not know: their constructor raises.
+    ("NoSuchEnv-v0", "(?s)actor worker [01] failed to start:.*is not an envpool env"),
+])
+def test_an_exception_in_an_actor_worker_fails_the_run_with_its_traceback(env, match):
+    backend = RayBackend(dataclasses.replace(CONFIG, env=env), INFO, print)
     params = ParamServer()
-    params.publish({"params": {}})  # parameters the workers' policy cannot apply
+    params.publish({"params": {}})
+    stats, stop = RunStats(), threading.Event()
+    watchdog = threading.Timer(60.0, stop.set)  # a run that kept going fails, not hangs
+    watchdog.start()
     try:
-        with pytest.raises(RuntimeError, match="(?s)actor worker [01] failed.*agents/apex/actor.py.*in run"):
-            backend.run_actors(params, RunStats(), threading.Event())
+        with pytest.raises(RuntimeError, match=match):
+            backend.run_actors(params, stats, stop)
     finally:
+        watchdog.cancel()
         backend.close()
+    assert stats.get("actor_restarts") == 0  # a bug is not retried
     assert ray.is_initialized()  # the cluster was not this backend's to stop
 
 
