@@ -49,6 +49,14 @@ def updates_per_s(update, state, batch, seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
+def learner_rate(learner, network, config, mesh, batch, seconds: float) -> float:
+    """Updates/s of `learner.make_update` (the Ape-X or IMPALA module) from fresh parameters."""
+    state = learner.init_state(network, learner.make_optimizer(config),
+                               np.zeros(PONG.obs_shape, np.uint8), jax.random.PRNGKey(0))
+    update, zero = learner.make_update(network, config, mesh, state.params)
+    return updates_per_s(update, zero.place_state(state, mesh), batch, seconds)
+
+
 def devices_part() -> None:
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, devices {jax.devices()}")
     for device in jax.local_devices():
@@ -66,12 +74,8 @@ def apex_part(mesh, seconds: float) -> list[list]:
         discount=np.full(size, 0.97, np.float32), weights=np.ones(size, np.float32)), mesh)
     for stage in (0, 2):
         config = ApexConfig(batch_size=size, zero_stage=stage)
-        network = apex_network(config, PONG)
-        state = apex_learner.init_state(network, apex_learner.make_optimizer(config),
-                                        np.zeros(PONG.obs_shape, np.uint8),
-                                        jax.random.PRNGKey(0))
-        update, zero = apex_learner.make_update(network, config, mesh, state.params)
-        rate = updates_per_s(update, zero.place_state(state, mesh), batch, seconds)
+        rate = learner_rate(apex_learner, apex_network(config, PONG), config, mesh, batch,
+                            seconds)
         rows.append([f"Ape-X update, batch 512, ZeRO {stage}", rate, PAPER_APEX_UPDATES_PER_S,
                      rate / PAPER_APEX_UPDATES_PER_S])
         print(rows[-1], flush=True)
@@ -91,12 +95,8 @@ def impala_part(mesh, seconds: float) -> list[list]:
     rows = []
     for norm in ("none", "group"):
         config = dataclasses.replace(config, norm=norm)
-        network = impala_network(config, PONG)
-        state = impala_learner.init_state(network, impala_learner.make_optimizer(config),
-                                          np.zeros(PONG.obs_shape, np.uint8),
-                                          jax.random.PRNGKey(0))
-        update, zero = impala_learner.make_update(network, config, mesh, state.params)
-        rate = updates_per_s(update, zero.place_state(state, mesh), batch, seconds)
+        rate = learner_rate(impala_learner, impala_network(config, PONG), config, mesh, batch,
+                            seconds)
         rows.append([f"IMPALA update, ResNet, norm {norm}, T=20 B=32", rate * T * B, "", ""])
         print(rows[-1], flush=True)
     return rows
