@@ -71,12 +71,12 @@ class PrioritizedReplay:
       beta: importance-weight exponent (Ape-X: 0.4); settable while running, for annealing.
       priority_epsilon: added to every priority so a transition with zero TD error can still be
         sampled (Schaul et al. 2016, Sec. 3.3: p_i = |delta_i| + epsilon).
-      seed: seed of the sampling generator.
+      seed: seed of the sampling generator (an int, or ints for `np.random.default_rng`).
     """
 
     def __init__(self, capacity: int, spec: TransitionSpec | None = None, *,
                  storage: Storage | None = None, alpha: float = 0.6, beta: float = 0.4,
-                 priority_epsilon: float = 1e-6, seed: int = 0):
+                 priority_epsilon: float = 1e-6, seed: int | tuple[int, ...] = 0):
         if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
         if (spec is None) == (storage is None):

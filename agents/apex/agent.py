@@ -47,7 +47,7 @@ def make_replay(config: ApexConfig, info: EnvInfo, shard: int = 0) -> Prioritize
     spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),
                 discount=((), np.float32), next_obs=obs)
     kwargs = dict(alpha=config.priority_exponent, beta=config.importance_exponent,
-                  seed=config.seed * 1_000 + shard)
+                  seed=(config.seed, shard))  # a stream apart from the actors' int seeds
     if info.is_atari:
         storage = FrameStackStorage(spec, capacity, stack_axis=0)
         return PrioritizedReplay(capacity, storage=storage, **kwargs)
