@@ -299,7 +299,7 @@ class FrameStackStorage:
             state.update(self._plain.state_dict())
         return state
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def check_state_dict(self, state: dict[str, np.ndarray]) -> None:
         expected = {"frames/ring": self.frames.shape, "frames/written": (),
                     "frames/slot_seqs": self.slot_seqs.shape, "frames/stream_ids": None,
                     "frames/stream_tables": None}
@@ -322,6 +322,14 @@ class FrameStackStorage:
         written = int(state["frames/written"])
         if written < 0:
             raise ValueError(f"state['frames/written'] must be >= 0, got {written}")
+        if self._plain is not None:
+            self._plain.check_state_dict(state)
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.check_state_dict(state)  # everything first: a bad state changes nothing
+        ids = np.asarray(state["frames/stream_ids"])
+        table = np.asarray(state["frames/stream_tables"])
+        written = int(state["frames/written"])
         if self._plain is not None:
             self._plain.load_state_dict(state)
         self.frames[...] = state["frames/ring"]

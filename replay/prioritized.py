@@ -19,6 +19,7 @@ rows that raced with an add.
 import json
 import os
 import threading
+import zipfile
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -145,6 +146,8 @@ class PrioritizedReplay:
                              f"{np.shape(priorities)}")
         batch_size = len(priorities)
         scaled = self._scaled(_check_priorities(priorities, batch_size))
+        # Checked here, not in the tree: everything is validated before anything is written.
+        self._tree.check_priorities(scaled)
         if batch_size > self.capacity:
             raise ValueError(f"a batch of {batch_size} transitions exceeds capacity "
                              f"{self.capacity}")
@@ -221,10 +224,14 @@ class PrioritizedReplay:
         Returns:
           How many priorities were applied (the rest were stale).
         """
-        ids = np.asarray(ids, np.int64)
+        ids = np.asarray(ids)
         if ids.ndim != 1:
             raise ValueError(f"ids must be one-dimensional, got shape {ids.shape}")
+        if ids.size and ids.dtype.kind not in "iu":
+            raise ValueError(f"ids must be integers (from Sample.ids), got dtype {ids.dtype}")
+        ids = ids.astype(np.int64)
         scaled = self._scaled(_check_priorities(priorities, len(ids)))
+        self._tree.check_priorities(scaled)
         with self._lock:
             if np.any((ids < 0) | (ids >= self._next_id)):
                 raise ValueError("ids must come from this replay's add or sample")
@@ -253,22 +260,46 @@ class PrioritizedReplay:
             return {k: np.array(v, copy=True) for k, v in self._live_state().items()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restores a `state_dict()` into this replay (same capacity, alpha and storage)."""
+        """Restores a `state_dict()` into this replay (same capacity, alpha and storage).
+
+        Everything is checked before anything is replaced: a state that raises leaves the
+        replay as it was.
+        """
+        required = ({"alpha", "beta", "ids", "next_id", "size", "rng"}
+                    | {f"counters/{k}" for k in self._counters})
+        missing = sorted(required - set(state))
+        if missing:
+            raise ValueError(f"replay state is missing {missing}; it was not written by "
+                             "PrioritizedReplay.state_dict")
         if float(state["alpha"]) != self.alpha:
             raise ValueError(f"checkpoint alpha={float(state['alpha'])} differs from this "
                              f"replay's alpha={self.alpha}; priorities would be inconsistent")
         if state["ids"].shape != (self.capacity,):
             raise ValueError(f"checkpoint holds {state['ids'].shape[0]} slots; this replay has "
                              f"capacity {self.capacity}")
+        tree = SumTree.from_state_dict(
+            {k[len("tree/"):]: v for k, v in state.items() if k.startswith("tree/")})
+        if tree.capacity != self.capacity:
+            raise ValueError(f"checkpoint sum tree has capacity {tree.capacity}; this replay "
+                             f"has {self.capacity}")
+        storage_state = {k[len("storage/"):]: v for k, v in state.items()
+                         if k.startswith("storage/")}
+        self.storage.check_state_dict(storage_state)
+        try:
+            rng_state = json.loads(str(state["rng"]))
+            np.random.default_rng().bit_generator.state = rng_state  # validates it
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"replay state holds an invalid sampler state: {e}") from None
+        beta = float(state["beta"])
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"checkpoint beta must be in [0, 1], got {beta}")
         with self._lock:
-            self._tree = SumTree.from_state_dict(
-                {k[len("tree/"):]: v for k, v in state.items() if k.startswith("tree/")})
-            self.storage.load_state_dict(
-                {k[len("storage/"):]: v for k, v in state.items() if k.startswith("storage/")})
+            self._tree = tree
+            self.storage.load_state_dict(storage_state)
             self._ids = np.array(state["ids"], np.int64)
             self._next_id, self._size = int(state["next_id"]), int(state["size"])
-            self._beta = float(state["beta"])
-            self._rng.bit_generator.state = json.loads(str(state["rng"]))
+            self._beta = beta
+            self._rng.bit_generator.state = rng_state
             self._counters = {k: int(state[f"counters/{k}"]) for k in self._counters}
 
     def save(self, path: str) -> None:
@@ -284,5 +315,13 @@ class PrioritizedReplay:
 
     def load(self, path: str) -> None:
         """Restores from a file written by `save`; runs no code from the file."""
-        with np.load(path, allow_pickle=False) as data:
-            self.load_state_dict({k: data[k] for k in data.files})
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                if not hasattr(data, "files"):
+                    raise ValueError("it holds a single array, not an .npz archive")
+                state = {k: data[k] for k in data.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            # NumPy calls any file it cannot parse "pickled data"; say what it really is.
+            raise ValueError(f"{path} is not a readable replay archive (.npz written by "
+                             f"PrioritizedReplay.save): {type(e).__name__}: {e}") from None
+        self.load_state_dict(state)

@@ -41,6 +41,9 @@ class Storage(Protocol):
 
     def state_dict(self) -> dict[str, np.ndarray]: ...
 
+    def check_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Raises the ValueError `load_state_dict(state)` would raise; changes nothing."""
+
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
 
@@ -84,11 +87,17 @@ class ArrayStorage:
     def state_dict(self):
         return {f"data/{name}": array for name, array in self.data.items()}
 
-    def load_state_dict(self, state):
+    def check_state_dict(self, state):
         for name, array in self.data.items():
+            if f"data/{name}" not in state:
+                raise ValueError(f"checkpoint has no field {name!r}")
             saved = state[f"data/{name}"]
             if saved.shape != array.shape or saved.dtype != array.dtype:
                 raise ValueError(
                     f"checkpoint field {name!r} has shape {saved.shape} and dtype {saved.dtype}; "
                     f"this replay expects {array.shape} {array.dtype}")
-            array[...] = saved
+
+    def load_state_dict(self, state):
+        self.check_state_dict(state)  # every field first: a bad one changes nothing
+        for name, array in self.data.items():
+            array[...] = state[f"data/{name}"]

@@ -101,7 +101,7 @@ class SumTree:
         indices, priorities = indices.ravel(), priorities.ravel()
         if indices.size == 0:
             return
-        self._check_priorities(priorities)
+        self.check_priorities(priorities)
         nodes = indices + self._num_leaves
         self._sum[nodes] = priorities
         # NumPy does not promise which of several values for one index a fancy assignment keeps.
@@ -195,7 +195,7 @@ class SumTree:
                 f"state priorities must be float [{tree.capacity}], got {priorities.dtype} "
                 f"{priorities.shape}")
         priorities = priorities.astype(np.float64)
-        tree._check_priorities(priorities)
+        tree.check_priorities(priorities)
         leaves = slice(tree._num_leaves, tree._num_leaves + tree.capacity)
         tree._sum[leaves] = priorities
         tree._min[leaves] = np.where(priorities > 0.0, priorities, np.inf)
@@ -213,7 +213,9 @@ class SumTree:
             raise ValueError(f"indices must lie in [0, {self.capacity}), got {bad[:5]}")
         return indices
 
-    def _check_priorities(self, priorities: np.ndarray) -> None:
+    def check_priorities(self, priorities: np.ndarray) -> None:
+        """Raises the ValueError `set` would raise for these float64 priorities, so that a
+        caller can validate before it changes anything of its own."""
         # A bound of float64 max / capacity keeps every partial sum, the total included, finite.
         # min and max propagate NaN, so these two reductions also reject NaN.
         bound = np.finfo(np.float64).max / self.capacity
