@@ -1,72 +1,241 @@
-"""Checkpoints that survive crashes and run no code on load.
+"""Checkpoints that survive crashes, prove they are complete, and run no code on load.
 
 A checkpoint is a folder `step_<N>` holding `learner.msgpack` (any pytree of arrays, through
-`flax.serialization`), `meta.json` (counters and the config) and optionally `replay.npz`. It is
-written under a temporary name and renamed into place only when complete, so a crash during a
-save leaves the previous checkpoint untouched; older complete checkpoints beyond `keep` are
-removed afterwards.
+`flax.serialization`), `meta.json` (counters and the config), optionally `replay.npz`, and
+`manifest.json`, written last: the size and SHA-256 of every other file. A checkpoint counts only
+when its manifest is there and every file matches it, so a folder with a missing, truncated or
+altered file is recognised as incomplete instead of being half restored.
+
+Saving writes into `step_<N>.tmp` and renames it into place when complete; an interrupted save
+leaves only that partial folder, which `remove_partial_saves` deletes at the next start. Old
+checkpoints are pruned to the newest `keep` complete ones, never fewer, so the only complete
+checkpoint is never deleted. On resume, `find_resumable` takes the newest complete checkpoint;
+a newer one that fails its manifest is moved aside (`step_<N>.corrupt`) with a message naming
+the file, and kept for inspection.
+
+The same rules as orbax-checkpoint's `CheckpointManager` (atomic finalize, cleanup of partial
+saves, keep-N); `benchmarks/bench_checkpoint.py` measures both formats on an Atari replay.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
 import shutil
-from typing import Any
+from typing import Any, Callable
 
 import flax.serialization
 import jax
 
+MANIFEST = "manifest.json"
 _NAME = re.compile(r"^step_(\d+)$")
+_PARTIAL = re.compile(r"^step_\d+\.tmp$")
+_REPLACED = re.compile(r"^(step_\d+)\.old$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is incomplete or corrupt; the message names its folder and file."""
+
+
+class CheckpointMismatch(ValueError):
+    """A complete checkpoint that does not fit this run (another network, replay or shards)."""
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_manifest(folder: str) -> None:
+    files = {name: dict(bytes=os.path.getsize(os.path.join(folder, name)),
+                        sha256=_sha256(os.path.join(folder, name)))
+             for name in sorted(os.listdir(folder)) if name != MANIFEST}
+    with open(os.path.join(folder, MANIFEST), "w") as f:
+        json.dump(dict(files=files), f, indent=2, sort_keys=True)
+
+
+def verify(path: str, checksums: bool = True) -> dict:
+    """Checks `path` against its manifest; returns the manifest's file table.
+
+    Args:
+      path: a checkpoint folder.
+      checksums: also compare SHA-256 (reads every byte); False compares sizes only.
+
+    Raises:
+      CheckpointError: naming the folder and the first file that is missing or differs.
+    """
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            files = json.load(f)["files"]
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: {MANIFEST} is missing (the save did not finish)") from None
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise CheckpointError(f"{path}: {MANIFEST} is unreadable ({e})") from None
+    for name, entry in sorted(files.items()):
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            raise CheckpointError(f"{path}: {name} is missing")
+        size = os.path.getsize(file)
+        if size != entry["bytes"]:
+            raise CheckpointError(f"{path}: {name} has {size:,} bytes, the manifest says "
+                                  f"{entry['bytes']:,} (truncated or replaced)")
+        if checksums and _sha256(file) != entry["sha256"]:
+            raise CheckpointError(f"{path}: {name} does not match its checksum (corrupt)")
+    return files
+
+
+def is_complete(path: str, checksums: bool = False) -> bool:
+    try:
+        verify(path, checksums)
+        return True
+    except CheckpointError:
+        return False
 
 
 def save_checkpoint(directory: str, step: int, learner_state: Any, meta: dict,
                     replay: Any = None, keep: int = 2) -> str:
-    """Writes checkpoint `step` into `directory` atomically; returns its path."""
+    """Writes checkpoint `step` into `directory` atomically; returns its path.
+
+    A failure while writing (a full disk, say) removes the partial folder and re-raises; every
+    earlier checkpoint stays as it was.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
     os.makedirs(directory, exist_ok=True)
     final = os.path.join(directory, f"step_{step:012d}")
-    tmp = final + ".tmp"
+    tmp, replaced = final + ".tmp", final + ".old"
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    with open(os.path.join(tmp, "learner.msgpack"), "wb") as f:
-        f.write(flax.serialization.to_bytes(jax.device_get(learner_state)))
-    with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-    if replay is not None:
-        replay.save(os.path.join(tmp, "replay.npz"))
-    if os.path.exists(final):
-        shutil.rmtree(final)
+    try:
+        os.makedirs(tmp)
+        with open(os.path.join(tmp, "learner.msgpack"), "wb") as f:
+            f.write(flax.serialization.to_bytes(jax.device_get(learner_state)))
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=2, sort_keys=True)
+        if replay is not None:
+            replay.save(os.path.join(tmp, "replay.npz"))
+        _write_manifest(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if os.path.exists(final):  # the same step saved again: keep it until the new one is in
+        os.rename(final, replaced)
     os.rename(tmp, final)
-    for old in list_checkpoints(directory)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(replaced, ignore_errors=True)
+    prune(directory, keep)
     return final
 
 
+def prune(directory: str, keep: int) -> list[str]:
+    """Deletes complete checkpoints beyond the newest `keep`; returns what it deleted.
+    Incomplete folders are not counted and not deleted."""
+    complete = [p for p in list_checkpoints(directory) if is_complete(p)]
+    for old in complete[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return complete[:-keep]
+
+
+def remove_partial_saves(directory: str) -> list[str]:
+    """Deletes the folders of saves that never finished (`step_<N>.tmp`), and puts back a
+    checkpoint that a crash left renamed aside mid-replacement; returns what it removed."""
+    if not os.path.isdir(directory):
+        return []
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if _PARTIAL.match(name):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        elif match := _REPLACED.match(name):
+            original = os.path.join(directory, match.group(1))
+            if os.path.exists(original):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+            else:
+                os.rename(path, original)
+    return removed
+
+
 def list_checkpoints(directory: str) -> list[str]:
-    """Complete checkpoints in `directory`, oldest first."""
+    """Checkpoint folders `step_<N>` in `directory` (complete or not), oldest first."""
     if not os.path.isdir(directory):
         return []
     names = sorted((int(m.group(1)), n) for n in os.listdir(directory)
-                   if (m := _NAME.match(n)))
+                   if (m := _NAME.match(n)) and os.path.isdir(os.path.join(directory, n)))
     return [os.path.join(directory, n) for _, n in names]
 
 
 def latest_checkpoint(directory: str) -> str | None:
-    found = list_checkpoints(directory)
-    return found[-1] if found else None
+    """The newest complete checkpoint (sizes checked against its manifest), or None."""
+    complete = [p for p in list_checkpoints(directory) if is_complete(p)]
+    return complete[-1] if complete else None
 
 
-def restore_checkpoint(path: str, learner_template: Any, replay: Any = None) -> tuple[Any, dict]:
+def find_resumable(directory: str, print_fn: Callable = print,
+                   move_aside: bool = True) -> str | None:
+    """The newest checkpoint that passes `verify` with checksums, or None if none does.
+
+    Each newer one that fails is reported (folder and file) and, with `move_aside`, renamed to
+    `step_<N>.corrupt` so no later save or prune confuses it with a good one.
+    """
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            verify(path)
+        except CheckpointError as e:
+            note = f"; moved aside to {path}.corrupt" if move_aside else ""
+            print_fn(f"checkpoint {os.path.basename(path)} is incomplete or corrupt: {e}{note}; "
+                     "falling back to the one before it")
+            if move_aside:
+                shutil.rmtree(path + ".corrupt", ignore_errors=True)
+                os.rename(path, path + ".corrupt")
+            continue
+        return path
+    return None
+
+
+def read_meta(path: str) -> dict:
+    """The `meta.json` of checkpoint `path` (counters, config, updates)."""
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: meta.json is unreadable ({e})") from None
+
+
+def restore_checkpoint(path: str, learner_template: Any, replay: Any = None,
+                       verified: bool = False) -> tuple[Any, dict]:
     """Restores (learner state shaped like `learner_template`, meta) and fills `replay`.
 
-    A checkpoint saved without its replay leaves `replay` as it is (empty, for a new run).
+    Args:
+      path: a checkpoint folder.
+      learner_template: a pytree of this run's learner state; the saved one must match it.
+      replay: filled from `replay.npz` when given and the checkpoint has one (a checkpoint saved
+        without its replay, `checkpoint_replay=false`, leaves it as it is).
+      verified: `path` already passed `verify` with checksums (skips reading it twice).
+
+    Raises:
+      CheckpointError: the checkpoint is incomplete or corrupt.
+      CheckpointMismatch: it is complete but belongs to a run of another shape.
     """
+    files = verify(path) if not verified else verify(path, checksums=False)
+    meta = read_meta(path)
     with open(os.path.join(path, "learner.msgpack"), "rb") as f:
-        state = flax.serialization.from_bytes(jax.device_get(learner_template), f.read())
-    with open(os.path.join(path, "meta.json")) as f:
-        meta = json.load(f)
-    if replay is not None and os.path.exists(os.path.join(path, "replay.npz")):
-        replay.load(os.path.join(path, "replay.npz"))
+        data = f.read()
+    try:
+        state = flax.serialization.from_bytes(jax.device_get(learner_template), data)
+    except Exception as e:  # noqa: BLE001  (flax raises several kinds for a foreign tree)
+        raise CheckpointMismatch(
+            f"{path}: learner.msgpack does not fit this run's network and optimizer "
+            f"({type(e).__name__}: {str(e)[:300]})") from None
+    if replay is not None and "replay.npz" in files:
+        try:
+            replay.load(os.path.join(path, "replay.npz"))
+        except ValueError as e:
+            raise CheckpointMismatch(f"{path}: replay.npz does not fit this run's replay "
+                                     f"({e})") from None
     return state, meta
 
 
@@ -78,17 +247,9 @@ def save_run(directory: str, learner_state: Any, stats: Any, config: Any,
     return save_checkpoint(directory, step, learner_state, meta, replay)
 
 
-def resume_run(directory: str, learner_template: Any, stats: Any,
-               replay: Any = None) -> tuple[Any, str | None]:
-    """Restores the latest checkpoint of `directory`, if any, into `stats` (and `replay`).
-
-    Returns:
-      (the restored learner state, or `learner_template` when there is no checkpoint; the path
-      restored from, or None).
-    """
-    path = latest_checkpoint(directory)
-    if path is None:
-        return learner_template, None
-    state, meta = restore_checkpoint(path, learner_template, replay)
+def resume_run(path: str, learner_template: Any, stats: Any, replay: Any = None) -> Any:
+    """Restores checkpoint `path` (chosen by `find_resumable`) into `stats` (and `replay`);
+    returns the learner state."""
+    state, meta = restore_checkpoint(path, learner_template, replay, verified=True)
     stats.load_state_dict(meta["counters"])
-    return state, path
+    return state

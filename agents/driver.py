@@ -1,30 +1,22 @@
 """The main thread of a run: progress line, metrics, checkpoints and stop conditions.
 
 Worker threads (actors, learner, evaluator) run under a `ThreadRunner`; this loop only watches.
-It stops on the env-step budget, when the evaluator reports the solved line, on Ctrl-C or
-SIGTERM (then writes a final checkpoint), or re-raises the first failure of any thread.
+It stops on the env-step budget (the actors stop within one step of it), when the evaluator
+reports the solved line, on Ctrl-C or SIGTERM (then writes a final checkpoint), or re-raises the
+first failure of any thread. A checkpoint that cannot be written (a full disk) is reported with
+the previous one left intact, and the run goes on or stops as `checkpoint_failure` says.
 """
 
-import dataclasses
-import json
-import math
 import os
 import time
 from typing import Any, Callable
 
+from agents import checkpoint
 from agents.evaluation import Evaluator
+from agents.interrupts import GUARD
 from agents.logger import MetricsLogger, plot_learning_curve
 from agents.runner import ThreadRunner
 from agents.stats import RunStats
-
-
-def save_config(config: Any, run_dir: str) -> None:
-    """Writes the full config beside the results (`config.json`)."""
-    os.makedirs(run_dir, exist_ok=True)
-    values = {k: (None if isinstance(v, float) and math.isinf(v) else v)
-              for k, v in dataclasses.asdict(config).items()}
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(values, f, indent=2, sort_keys=True)
 
 
 class Driver:
@@ -59,38 +51,65 @@ class Driver:
     def run(self, runner: ThreadRunner) -> dict:
         """Runs until a stop condition; returns the run's summary."""
         config = self.config
-        if self.chief:
-            save_config(config, config.run_dir)
         logger = MetricsLogger(config.run_dir) if self.chief else None
         start = time.monotonic()
         last = (start, self.stats.get("env_steps"), self.learner.updates)
-        last_checkpoint, interrupted = start, False
+        last_checkpoint = start
+        self.interrupted_by: str | None = None
+        self.stats.stop_at("env_steps", self.budget, runner.stop_event)
+        GUARD.running(lambda name: self._interrupt(name, runner))
         try:
             while not runner.wait(config.log_period_s):
                 last = self._report(logger, start, last)
                 if self.stats.get("env_steps") >= self.budget:
                     break
                 if time.monotonic() - last_checkpoint >= config.checkpoint_period_s:
-                    self.save()
                     last_checkpoint = time.monotonic()
-        except KeyboardInterrupt:
-            interrupted = True
-            self.print("interrupted: stopping threads and writing a checkpoint")
+                    if not self._save("periodic") and config.checkpoint_failure == "stop":
+                        self.print("stopping: checkpoint_failure=stop")
+                        break
+        except KeyboardInterrupt:  # no guard installed (a notebook): Ctrl-C lands here
+            self.interrupted_by = "SIGINT"
         finally:
+            GUARD.stopping()  # from here no signal interrupts the join or the final save
+            if self.interrupted_by:
+                self.print(f"interrupted ({self.interrupted_by}): stopping threads and writing "
+                           "a checkpoint")
             runner.stop()  # re-raises the first thread failure, after stopping every thread
         self._report(logger, start, last)
-        path = self.save()
+        path = self._save("final")
         if logger is not None:
             logger.close()
             plot_learning_curve(config.run_dir, target=config.solved_return)
         summary = dict(self.stats.snapshot(), updates=self.learner.updates,
-                       solved=self.evaluator.solved.is_set(), interrupted=interrupted,
+                       solved=self.evaluator.solved.is_set(),
+                       interrupted=self.interrupted_by is not None,
                        wall_s=time.monotonic() - start, checkpoint=path,
+                       checkpoint_failed=self.chief and path is None,
                        eval_history=self.eval_history)
         self.print(f"done: solved={summary['solved']} env_steps={summary.get('env_steps', 0):,} "
                    f"updates={summary['updates']:,} in {summary['wall_s']:.0f} s; "
                    f"checkpoint {path}")
         return summary
+
+    def _interrupt(self, name: str, runner: ThreadRunner) -> None:
+        self.interrupted_by = name
+        runner.stop_event.set()
+
+    def _save(self, kind: str) -> str | None:
+        """Writes a checkpoint; on an OSError (a full disk, a vanished folder) prints what
+        failed and which checkpoint is still the newest, and returns None."""
+        try:
+            return self.save()
+        except OSError as e:
+            newest = checkpoint.latest_checkpoint(os.path.join(self.config.run_dir,
+                                                               "checkpoints"))
+            then = (f"retrying in {self.config.checkpoint_period_s:.0f} s"
+                    if kind == "periodic" and self.config.checkpoint_failure == "retry" else
+                    "the run ends")
+            self.print(f"{kind} checkpoint failed: {e}; the newest checkpoint, {newest}, is "
+                       f"intact; {then}")
+            return None
 
     def _report(self, logger: MetricsLogger | None, start: float, last: tuple) -> tuple:
         """Logs evaluation results, prints the progress line, writes the train metrics."""

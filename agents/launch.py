@@ -1,40 +1,75 @@
 """The command-line entry of every agent: flags from its config, clean signals, exit codes.
 
-Invalid or unknown flags stop before anything starts (exit status 1 with the message); a
-failure in any thread stops the run with that thread's traceback (exit status 1); Ctrl-C or
-SIGTERM stop it cleanly with a final checkpoint (exit status 130).
+Every way a run can end is an exit status with a message, never an abort:
+  0    the run ended (budget, solved line) with its final checkpoint;
+  1    a usage error, printed alone before anything starts (an invalid flag value, an unknown
+       env, a device that does not exist, an unusable run_dir, a resume whose checkpoint does
+       not fit the config); or a failure in any thread, printed with that thread's traceback;
+       or a final checkpoint that could not be written;
+  2    unknown flags or stray arguments (absl's usage error);
+  130  stopped by Ctrl-C or SIGTERM, with a final checkpoint (`agents.interrupts`).
 """
 
-import signal
+import os
 import sys
+import threading
+import traceback
 from typing import Callable
 
 from agents import distributed
+from agents.checkpoint import CheckpointError, CheckpointMismatch
 from agents.flags import config_from_flags, define_flags
+from agents.interrupts import GUARD
+from agents.run_folder import UsageError
+
+# What a user can cause and fix; anything else is a bug and keeps its traceback.
+_USAGE_ERRORS = (UsageError, CheckpointError, CheckpointMismatch)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+def _exit(code: int) -> None:
+    """Leaves with `code`. If worker threads are still alive (a failure that left some stuck in
+    envpool), skips interpreter finalization, which would abort the process under them."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if threading.active_count() > 1:
+        os._exit(code)
+    sys.exit(code)
 
 
 def make_main(config_cls: type, agent_cls: type) -> Callable[[list[str]], int]:
     """Defines `config_cls`'s flags and returns an `absl.app.run` main that runs `agent_cls`."""
     define_flags(config_cls)
 
-    def main(argv: list[str]) -> int:
+    def main(argv: list[str]) -> None:
         if len(argv) > 1:
-            sys.exit(f"error: unexpected arguments {argv[1:]}")
+            print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
+            _exit(2)
         try:
             config = config_from_flags(config_cls)
         except ValueError as e:
-            sys.exit(f"error: invalid flag value: {e}")
+            print(f"error: invalid flag value: {e}", file=sys.stderr)
+            _exit(1)
         if getattr(config, "num_processes", 1) > 1:  # before anything else touches JAX
             distributed.initialize(config.num_processes, config.process_id,
                                    config.coordinator_address)
-        # Also when the parent started this process with SIGINT ignored (a background job).
-        signal.signal(signal.SIGINT, _interrupt)
-        signal.signal(signal.SIGTERM, _interrupt)
-        summary = agent_cls(config).run()
-        return 130 if summary["interrupted"] else 0
+        GUARD.install()
+        try:
+            config.check_host()
+            summary = agent_cls(config).run()
+        except KeyboardInterrupt:
+            print("interrupted before the run started; nothing to save", file=sys.stderr)
+            _exit(130)
+        except BaseException as e:  # noqa: BLE001
+            # A ValueError before the run is under way comes from a check of the host or of the
+            # agent being built (an unknown env, a device that does not exist): a usage error.
+            if isinstance(e, _USAGE_ERRORS) or (isinstance(e, ValueError)
+                                                and not GUARD.under_way):
+                print(f"error: {e}", file=sys.stderr)
+            else:  # a bug, or a thread's failure: with its traceback
+                traceback.print_exc()
+            _exit(1)
+        if summary.get("checkpoint_failed"):
+            _exit(1)
+        _exit(130 if summary["interrupted"] else 0)
 
     return main

@@ -6,6 +6,9 @@ redeclare a field to change its default.
 
 import dataclasses
 import math
+from typing import ClassVar
+
+CHECKPOINT_FAILURES = ("retry", "stop")
 
 
 def check_fields(config, *, positive=(), non_negative=(), unit_interval=(), choices=()) -> None:
@@ -47,6 +50,9 @@ class RunConfig:
       solved_return: stop once an evaluation's mean return reaches this (inf: never).
       log_period_s: seconds between progress lines and metric rows.
       checkpoint_period_s: seconds between checkpoints.
+      checkpoint_failure: what a failed periodic checkpoint (a full disk, say) does: retry
+        (train on and save again after checkpoint_period_s) or stop (end the run); either way
+        the previous checkpoint stays intact and the failure is printed.
       run_dir: folder for metrics, checkpoints, the saved config and the learning curve.
       resume: continue from the latest checkpoint in run_dir.
       learner_devices: indices into the local devices that split the learner's batch (empty:
@@ -75,11 +81,22 @@ class RunConfig:
     solved_return: float = math.inf
     log_period_s: float = 10.0
     checkpoint_period_s: float = 600.0
+    checkpoint_failure: str = "retry"
     run_dir: str = "runs/run"
     resume: bool = False
     learner_devices: tuple[int, ...] = ()
     actor_devices: tuple[int, ...] = ()
     zero_stage: int = 0
+
+    # Fields a resumed run may change (`agents.run_folder`): budgets, periods, logging, placement
+    # and step sizes. Any other field shapes the parameters, the optimizer state or the replay,
+    # or defines the task, and must keep the value the checkpoint was made with.
+    RESUME_MAY_CHANGE: ClassVar[frozenset[str]] = frozenset({
+        "num_actors", "envs_per_actor", "actor_batch_size", "noop_max",
+        "repeat_action_probability", "max_episode_frames", "max_episode_steps", "seed",
+        "total_env_steps", "eval_period", "eval_episodes", "solved_return", "log_period_s",
+        "checkpoint_period_s", "checkpoint_failure", "run_dir", "resume", "learner_devices",
+        "actor_devices", "zero_stage"})
 
     def __post_init__(self):
         check_fields(
@@ -88,7 +105,8 @@ class RunConfig:
                       "eval_period", "eval_episodes", "max_episode_frames"),
             non_negative=("noop_max", "max_episode_steps", "log_period_s",
                           "checkpoint_period_s"),
-            unit_interval=("repeat_action_probability",), choices=(("zero_stage", (0, 1, 2)),))
+            unit_interval=("repeat_action_probability",),
+            choices=(("zero_stage", (0, 1, 2)), ("checkpoint_failure", CHECKPOINT_FAILURES)))
         for name in ("learner_devices", "actor_devices"):
             indices = getattr(self, name)
             if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
@@ -98,6 +116,27 @@ class RunConfig:
             raise ValueError(
                 f"actor_batch_size ({self.actor_batch_size}) must be < envs_per_actor "
                 f"({self.envs_per_actor}) so envpool steps other envs while an actor acts")
+
+    def check_network(self) -> None:
+        """Raises a ValueError for torso settings that cannot build (a num_groups that misses a
+        conv width) or would be ignored (a norm on the mlp torso). Needs torso, norm and
+        num_groups, which every agent's config declares."""
+        import networks  # here: the flax modules' own checks, no parameters built
+
+        if self.torso == "mlp":
+            if self.norm != "none":
+                raise ValueError(f"norm={self.norm!r} applies to the conv torsos; torso=mlp has "
+                                 "no normalization (use norm=none)")
+            return
+        networks.make_torso(self.torso, norm=self.norm, num_groups=self.num_groups)
+
+    def check_host(self) -> None:
+        """Raises a ValueError naming the flag for what depends on this host, not on the values
+        alone: the env id must be one envpool has, the device indices must exist."""
+        from agents.envs import actor_env_settings  # here: envpool is imported where used
+
+        actor_env_settings(self, 0)
+        self.devices()
 
     def devices(self) -> tuple[list, list]:
         """(learner devices, actor devices) from the local devices; ValueError if out of range."""

@@ -17,10 +17,24 @@ class RunStats:
         self._lock = threading.Lock()
         self._counts = collections.Counter()
         self._returns = collections.deque(maxlen=window)
+        self._limits: list[tuple[str, int, threading.Event]] = []
+
+    def stop_at(self, name: str, limit: int, event: threading.Event) -> None:
+        """Sets `event` as soon as counter `name` reaches `limit` (a budget enforced at the
+        step that reaches it, not at the next look of the main thread)."""
+        with self._lock:
+            self._limits.append((name, limit, event))
+            self._check_limits()
+
+    def _check_limits(self) -> None:
+        for name, limit, event in self._limits:
+            if self._counts[name] >= limit:
+                event.set()
 
     def add(self, **counts: int) -> None:
         with self._lock:
             self._counts.update(counts)
+            self._check_limits()
 
     def episodes_done(self, returns) -> None:
         with self._lock:
@@ -53,6 +67,7 @@ class RunStats:
         with self._lock:
             self._counts.update(counts)
             self._returns.extend(returns)
+            self._check_limits()
 
     def state_dict(self) -> dict[str, int]:
         with self._lock:

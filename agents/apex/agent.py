@@ -10,7 +10,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from agents import checkpoint, sharding
+from agents import checkpoint, run_folder, sharding
 from agents.apex.actor import ApexActor, exploration_epsilons
 from agents.apex.config import ApexConfig
 from agents.apex.learner import ApexLearner, init_state, make_optimizer
@@ -99,6 +99,8 @@ class ApexAgent:
     def __init__(self, config: ApexConfig,
                  print_fn: Callable = functools.partial(print, flush=True)):
         self.config, self.print = config, print_fn
+        # First: an unusable run_dir or a resume that does not fit fails before anything starts.
+        self.resumed_from = run_folder.prepare_run_folder(config, print_fn)
         self.info = env_info(actor_env_settings(config, 0))
         self.network = make_network(config, self.info)
         self.backend = None
@@ -125,11 +127,9 @@ class ApexAgent:
         state = init_state(self.network, make_optimizer(config),
                            np.zeros(self.info.obs_shape, self.info.obs_dtype),
                            jax.random.PRNGKey(config.seed))
-        self.resumed_from = None
-        if config.resume:
-            state, self.resumed_from = checkpoint.resume_run(
-                self.checkpoint_dir, state, self.stats,
-                self.replay if config.checkpoint_replay else None)
+        if self.resumed_from:
+            state = checkpoint.resume_run(self.resumed_from, state, self.stats,
+                                          self.replay if config.checkpoint_replay else None)
         # With Ray each shard holds its own limiter (`ReplayShard`).
         self.limiter = None if self.backend else make_limiter(config, self.replay)
         self.param_server = ParamServer(actor_devices)

@@ -41,6 +41,9 @@ class ApexConfig(RunConfig):
       optimizer: rmsprop_centered (the paper) or adam.
       learning_rate: step size (the paper: 0.00025 / 4).
       rms_decay: RMSProp decay.
+      rms_initial_scale: RMSProp's starting mean square of the gradients: 1.0 as in the
+        TensorFlow RMSProp of the paper's DQN family; 0 (optax's default) makes the first
+        steps up to 1/sqrt(optimizer_epsilon) times larger.
       optimizer_epsilon: RMSProp or Adam epsilon.
       max_grad_norm: global gradient norm clip.
       target_update_period: learner updates between target network copies.
@@ -85,6 +88,7 @@ class ApexConfig(RunConfig):
     optimizer: str = "rmsprop_centered"
     learning_rate: float = 0.00025 / 4
     rms_decay: float = 0.95
+    rms_initial_scale: float = 1.0
     optimizer_epsilon: float = 1.5e-7
     max_grad_norm: float = 40.0
     target_update_period: int = 2500
@@ -106,6 +110,13 @@ class ApexConfig(RunConfig):
     ray_object_store_mb: int = 0
     ray_temp_dir: str = ""
 
+    RESUME_MAY_CHANGE = RunConfig.RESUME_MAY_CHANGE | {
+        "epsilon_base", "epsilon_alpha", "local_buffer_size", "actor_update_period",
+        "importance_exponent", "min_replay_size", "samples_per_insert", "batch_size",
+        "learning_rate", "rms_decay", "rms_initial_scale", "optimizer_epsilon", "max_grad_norm",
+        "target_update_period", "loss", "huber_delta", "publish_period", "checkpoint_replay",
+        "backend", "ray_address", "ray_cpus_per_actor", "ray_object_store_mb", "ray_temp_dir"}
+
     def __post_init__(self):
         super().__post_init__()
         check_fields(
@@ -113,7 +124,7 @@ class ApexConfig(RunConfig):
             positive=("n_step", "local_buffer_size", "actor_update_period", "replay_capacity",
                       "batch_size", "target_update_period", "publish_period", "replay_shards"),
             non_negative=("min_replay_size", "learning_rate", "optimizer_epsilon",
-                          "max_grad_norm", "samples_per_insert", "huber_delta",
+                          "max_grad_norm", "samples_per_insert", "huber_delta", "rms_initial_scale",
                           "ray_object_store_mb"),
             unit_interval=("discount", "priority_exponent", "importance_exponent",
                            "rms_decay", "epsilon_base"),
@@ -130,6 +141,25 @@ class ApexConfig(RunConfig):
         if self.min_replay_size > self.replay_capacity:
             raise ValueError(f"min_replay_size ({self.min_replay_size}) exceeds replay_capacity "
                              f"({self.replay_capacity})")
+        self._check_capacity()
         for name in ("mlp_hidden_sizes", "head_hidden_sizes"):
             if any(h < 1 for h in getattr(self, name)):
                 raise ValueError(f"{name} must hold positive widths, got {getattr(self, name)}")
+        self.check_network()
+
+    def _check_capacity(self) -> None:
+        """Each shard must hold an actor's largest add (a local buffer that reached its size,
+        plus one recv batch whose episode ends each emit up to n transitions) and a batch."""
+        per_shard = -(-self.replay_capacity // self.replay_shards)
+        largest_add = self.local_buffer_size - 1 + self.actor_batch_size * self.n_step
+        where = (f"replay_capacity={self.replay_capacity}" if self.replay_shards == 1 else
+                 f"replay_capacity={self.replay_capacity} over replay_shards="
+                 f"{self.replay_shards} ({per_shard} a shard)")
+        if per_shard < largest_add:
+            raise ValueError(
+                f"{where} is below an actor's largest add, local_buffer_size - 1 + "
+                f"actor_batch_size * n_step = {largest_add}; raise replay_capacity or lower "
+                "local_buffer_size")
+        if per_shard < self.batch_size:
+            raise ValueError(f"{where} is below batch_size={self.batch_size}: every batch "
+                             "would repeat transitions; raise replay_capacity")

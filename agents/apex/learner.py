@@ -37,7 +37,8 @@ def make_optimizer(config: ApexConfig) -> optax.GradientTransformation:
     if config.optimizer == "rmsprop_centered":
         # eps inside the square root, as in the DQN-family RMSProp the paper's epsilon refers to.
         return optax.rmsprop(config.learning_rate, decay=config.rms_decay,
-                             eps=config.optimizer_epsilon, centered=True)
+                             eps=config.optimizer_epsilon, centered=True,
+                             initial_scale=config.rms_initial_scale)
     return optax.adam(config.learning_rate, eps=config.optimizer_epsilon)
 
 

@@ -11,7 +11,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from agents import checkpoint, distributed, sharding
+from agents import checkpoint, distributed, run_folder, sharding
 from agents.driver import Driver
 from agents.envs import EnvInfo, actor_env_settings, env_info, make_env
 from agents.evaluation import Evaluator
@@ -46,22 +46,22 @@ class ImpalaAgent:
     def __init__(self, config: ImpalaConfig,
                  print_fn: Callable = functools.partial(print, flush=True)):
         self.config, self.print = config, print_fn
+        self.chief = jax.process_index() == 0
+        # First: an unusable run_dir or a resume that does not fit fails before anything starts.
+        self.resumed_from = run_folder.prepare_run_folder(config, print_fn, chief=self.chief)
         self.info = env_info(actor_env_settings(config, 0))
         self.network = make_network(config, self.info)
         learner_devices, actor_devices = config.devices()
         if jax.process_count() > 1:  # one learner over every process's learner devices
             learner_devices = distributed.global_learner_devices(config.learner_devices)
         self.mesh = sharding.learner_mesh(learner_devices)
-        self.chief = jax.process_index() == 0
         self.stats = RunStats()
         self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
         state = init_state(self.network, make_optimizer(config),
                            np.zeros(self.info.obs_shape, self.info.obs_dtype),
                            jax.random.PRNGKey(config.seed))
-        self.resumed_from = None
-        if config.resume:
-            state, self.resumed_from = checkpoint.resume_run(self.checkpoint_dir, state,
-                                                             self.stats)
+        if self.resumed_from:
+            state = checkpoint.resume_run(self.resumed_from, state, self.stats)
         self.unrolls: queue.Queue = queue.Queue(maxsize=config.queue_size)
         self.param_server = ParamServer(actor_devices)
         spec = UnrollBuilder(1, config.unroll_length, config.discount, self.info.obs_shape,

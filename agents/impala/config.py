@@ -33,6 +33,9 @@ class ImpalaConfig(RunConfig):
       optimizer: rmsprop (the paper) or adam.
       learning_rate: initial step size, annealed linearly to 0 over total_env_steps.
       rms_decay: RMSProp decay.
+      rms_initial_scale: RMSProp's starting mean square of the gradients: 1.0 as in the
+        TensorFlow RMSProp the paper used; 0 (optax's default) makes the first ~100 steps up to
+        1/sqrt(optimizer_epsilon) times larger.
       optimizer_epsilon: RMSProp epsilon, added inside the square root as in TensorFlow's
         RMSProp that the paper used (or Adam's epsilon).
       max_grad_norm: global gradient norm clip.
@@ -63,6 +66,7 @@ class ImpalaConfig(RunConfig):
     optimizer: str = "rmsprop"
     learning_rate: float = 0.0006
     rms_decay: float = 0.99
+    rms_initial_scale: float = 1.0
     optimizer_epsilon: float = 0.01
     max_grad_norm: float = 40.0
     publish_period: int = 1
@@ -77,6 +81,12 @@ class ImpalaConfig(RunConfig):
     process_id: int = 0
     coordinator_address: str = ""
 
+    RESUME_MAY_CHANGE = RunConfig.RESUME_MAY_CHANGE | {
+        "unroll_length", "batch_size", "queue_size", "discount", "baseline_cost",
+        "entropy_cost", "reduction", "rho_bar", "c_bar", "pg_rho_bar", "lambda_",
+        "learning_rate", "rms_decay", "rms_initial_scale", "optimizer_epsilon", "max_grad_norm",
+        "publish_period", "num_processes", "process_id", "coordinator_address"}
+
     def __post_init__(self):
         super().__post_init__()
         check_fields(
@@ -84,7 +94,8 @@ class ImpalaConfig(RunConfig):
             positive=("unroll_length", "batch_size", "queue_size", "publish_period",
                       "num_processes"),
             non_negative=("baseline_cost", "entropy_cost", "rho_bar", "c_bar", "pg_rho_bar",
-                          "learning_rate", "optimizer_epsilon", "max_grad_norm"),
+                          "learning_rate", "optimizer_epsilon", "max_grad_norm",
+                          "rms_initial_scale"),
             unit_interval=("discount", "lambda_", "rms_decay"),
             choices=(("optimizer", ("rmsprop", "adam")), ("reduction", REDUCTIONS),
                      ("torso", TORSOS), ("norm", NORMS)))
@@ -106,6 +117,7 @@ class ImpalaConfig(RunConfig):
         if any(h < 1 for h in self.mlp_hidden_sizes):
             raise ValueError(f"mlp_hidden_sizes must hold positive widths, "
                              f"got {self.mlp_hidden_sizes}")
+        self.check_network()
 
     @property
     def total_updates(self) -> int:

@@ -38,12 +38,13 @@ def make_optimizer(config: ImpalaConfig) -> optax.GradientTransformation:
     RMSProp follows the TensorFlow optimizer the paper's implementation used: epsilon inside
     the square root, sqrt(E[g^2] + eps) (optax's `eps_in_sqrt=True`), no momentum. With the
     paper's eps = 0.01 this bounds the step for tiny gradients, which eps outside the root would
-    not do as strongly.
+    not do as strongly; and the mean square starts at `rms_initial_scale` (TensorFlow: 1), so
+    the first steps are about lr * g rather than lr * g / sqrt((1 - decay) g^2 + eps).
     """
     schedule = optax.linear_schedule(config.learning_rate, 0.0, config.total_updates)
     if config.optimizer == "rmsprop":
         return optax.rmsprop(schedule, decay=config.rms_decay, eps=config.optimizer_epsilon,
-                             eps_in_sqrt=True)
+                             initial_scale=config.rms_initial_scale, eps_in_sqrt=True)
     return optax.adam(schedule, eps=config.optimizer_epsilon)
 
 

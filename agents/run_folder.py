@@ -1,0 +1,145 @@
+"""The run folder, settled before anything starts.
+
+`prepare_run_folder` runs first in every agent, before any environment, thread or cluster:
+it makes sure `run_dir` is a writable folder, removes the run's own partial saves, chooses the
+checkpoint a resumed run continues from, refuses a config that no longer fits that checkpoint,
+and records every start's config. Whatever goes wrong here is a `UsageError`: the launcher
+prints its message alone and exits 1.
+
+Files it keeps in `run_dir`:
+  config.json            the config of the run's first start, never overwritten;
+  config_history.jsonl   one line per start: time, checkpoint resumed from, changed fields,
+                         the whole config;
+  previous/<time>/       a finished or stopped run found in run_dir when a new one (not
+                         `--resume`) starts there, moved aside whole: nothing is overwritten.
+"""
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import tempfile
+from typing import Any, Callable
+
+from agents import checkpoint
+
+
+class UsageError(ValueError):
+    """A run asked for in a way that cannot work (its run folder, a resume that does not fit);
+    not a bug, so the launcher prints the message without a traceback."""
+
+
+def config_values(config: Any) -> dict:
+    """The config as JSON values (tuples as lists, infinities as None), as `config.json` holds."""
+    values = {k: (None if isinstance(v, float) and math.isinf(v) else v)
+              for k, v in dataclasses.asdict(config).items()}
+    return json.loads(json.dumps(values))
+
+
+def _check_writable(run_dir: str) -> None:
+    if not run_dir:
+        raise UsageError("run_dir must name a folder, got an empty string")
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise UsageError(f"run_dir {run_dir!r} exists and is not a folder")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as e:
+        raise UsageError(f"run_dir {run_dir!r} cannot be created or written: "
+                         f"{e.strerror or e}") from None
+
+
+def config_changes(saved: dict, config: Any) -> tuple[dict, dict]:
+    """(fixed, allowed): fields whose value differs from the saved config, as
+    `{field: (old, new)}`, split by `config.RESUME_MAY_CHANGE`. Fields the saved config does not
+    record (added since) are not compared."""
+    fixed, allowed = {}, {}
+    for name, new in config_values(config).items():
+        if name not in saved or saved[name] == new:
+            continue
+        (allowed if name in config.RESUME_MAY_CHANGE else fixed)[name] = (saved[name], new)
+    return fixed, allowed
+
+
+def _describe(changes: dict) -> str:
+    return ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changes.items()))
+
+
+def _move_previous_run(run_dir: str, ckpt_dir: str, print_fn: Callable) -> None:
+    """A new run in a folder holding another run (its config or checkpoints) moves that run
+    aside whole."""
+    if not (os.path.exists(os.path.join(run_dir, "config.json"))
+            or checkpoint.list_checkpoints(ckpt_dir)):
+        return
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = os.path.join(run_dir, "previous", stamp)
+    os.makedirs(target)
+    for name in os.listdir(run_dir):
+        if name != "previous":
+            os.rename(os.path.join(run_dir, name), os.path.join(target, name))
+    print_fn(f"run_dir {run_dir} held an earlier run; moved it to {target} (pass --resume to "
+             "continue a run instead)")
+
+
+def _append_history(run_dir: str, config: Any, resumed_from: str | None, changed: dict) -> None:
+    """Appends this start to the history; a start that restores nothing also (re)writes
+    `config.json`, since no checkpoint was made with any earlier one."""
+    values = config_values(config)
+    path = os.path.join(run_dir, "config.json")
+    if resumed_from is None or not os.path.exists(path):
+        with open(path, "w") as f:
+            json.dump(values, f, indent=2, sort_keys=True)
+    entry = dict(started=datetime.datetime.now().isoformat(timespec="seconds"),
+                 resumed_from=resumed_from,
+                 changed={k: list(v) for k, v in sorted(changed.items())}, config=values)
+    with open(os.path.join(run_dir, "config_history.jsonl"), "a") as f:
+        f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def prepare_run_folder(config: Any, print_fn: Callable = print, chief: bool = True) -> str | None:
+    """Settles `config.run_dir` for a start of this run; returns the checkpoint to resume from.
+
+    Args:
+      config: the run's config (run_dir, resume, and `RESUME_MAY_CHANGE`).
+      print_fn: where notes go (partial saves removed, fallbacks, allowed changes).
+      chief: this process writes the folder (with several processes only process 0); the
+        others only read it.
+
+    Returns:
+      The checkpoint folder to restore, or None for a new run.
+
+    Raises:
+      UsageError: run_dir unusable; or a resume whose checkpoint was made with a config that
+        differs in a field that shapes the parameters, the optimizer state or the replay.
+    """
+    run_dir = config.run_dir
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+    if chief:
+        _check_writable(run_dir)
+        for path in checkpoint.remove_partial_saves(ckpt_dir):
+            print_fn(f"removed {path}, a save that never finished")
+    if not config.resume:
+        if chief:
+            _move_previous_run(run_dir, ckpt_dir, print_fn)
+            _append_history(run_dir, config, None, {})
+        return None
+    path = checkpoint.find_resumable(ckpt_dir, print_fn, move_aside=chief)
+    if path is None:
+        print_fn(f"--resume: no complete checkpoint in {ckpt_dir}; starting a new run")
+        if chief:
+            _append_history(run_dir, config, None, {})
+        return None
+    saved = checkpoint.read_meta(path).get("config", {})
+    fixed, allowed = config_changes(saved, config)
+    if fixed:
+        raise UsageError(
+            f"--resume: {path} was made with another config, and these fields shape the "
+            f"parameters, optimizer state or replay: {_describe(fixed)}. Resume with the saved "
+            f"values (see {os.path.join(run_dir, 'config.json')}) or start a new --run_dir")
+    if allowed:
+        print_fn(f"--resume: changed since {os.path.basename(path)}: {_describe(allowed)}")
+    if chief:
+        _append_history(run_dir, config, path, allowed)
+    return path

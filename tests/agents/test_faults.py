@@ -1,0 +1,342 @@
+"""Fault injection: what a user can do wrong, and what can go wrong under a run, end to end.
+
+Each case ends in one clear message and an exit status, never an abort, and no checkpoint is
+lost: bad flags and run folders, damaged checkpoints, a config changed on resume, a full disk,
+signals during shutdown, SIGKILL, and a failure in every kind of thread.
+"""
+
+import dataclasses
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from agents import checkpoint, run_folder
+from agents.apex import learner as apex_learner
+from agents.apex.agent import ApexAgent
+from agents.apex.config import ApexConfig
+from agents.flags import config_from_flagfile
+from agents.impala import learner as impala_learner
+from agents.impala.agent import ImpalaAgent
+from agents.impala.config import ImpalaConfig
+from agents.run_folder import UsageError
+from agents.runner import WorkerError
+from replay.prioritized import PrioritizedReplay
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+APEX_CFG = os.path.join(ROOT, "experiments", "configs", "apex_cartpole.cfg")
+IMPALA_CFG = os.path.join(ROOT, "experiments", "configs", "impala_cartpole.cfg")
+
+
+def apex_config(run_dir, **overrides):
+    small = dict(total_env_steps=3_000, min_replay_size=500, log_period_s=0.3,
+                 eval_period=10**9, run_dir=str(run_dir))
+    return config_from_flagfile(ApexConfig, APEX_CFG, **{**small, **overrides})
+
+
+def impala_config(run_dir, **overrides):
+    small = dict(total_env_steps=4_000, log_period_s=0.3, eval_period=10**9,
+                 run_dir=str(run_dir))
+    return config_from_flagfile(ImpalaConfig, IMPALA_CFG, **{**small, **overrides})
+
+
+def launch(agent, *flags, timeout=90):
+    cfg = APEX_CFG if agent == "apex" else IMPALA_CFG
+    return subprocess.run([sys.executable, f"experiments/run_{agent}.py", f"--flagfile={cfg}",
+                           *flags], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def own_lines(stderr: str) -> list[str]:
+    """stderr without absl's and XLA's log lines and library warnings."""
+    return [line for line in stderr.splitlines() if line.strip()
+            and not re.match(r"^[IWEF]\d{4} ", line) and "Warning" not in line
+            and not line.startswith(" ")]
+
+
+# ------------------------------------------------------------------------------ bad flags
+
+USAGE = [
+    ("apex", ["--run_dir=/proc/no_such_dir"], "run_dir '/proc/no_such_dir' cannot be created"),
+    ("impala", ["--run_dir=/proc/no_such_dir"], "run_dir '/proc/no_such_dir' cannot be created"),
+    ("apex", ["--run_dir=README.md"], "run_dir 'README.md' exists and is not a folder"),
+    ("impala", ["--run_dir=README.md"], "run_dir 'README.md' exists and is not a folder"),
+    ("apex", ["--env=NoSuchEnv-v0"], "env_id 'NoSuchEnv-v0' is not an envpool env"),
+    ("apex", ["--learner_devices=7"], "learner_devices [7] out of range"),
+    ("impala", ["--torso=nature", "--norm=group", "--num_groups=5"],
+     "num_groups=5 does not divide [32, 64]"),
+    ("apex", ["--norm=group"], "torso=mlp has no normalization"),
+    ("apex", ["--replay_capacity=32", "--min_replay_size=16"],
+     "replay_capacity=32 is below an actor's largest add"),
+    ("apex", ["--replay_capacity=60", "--min_replay_size=16"],
+     "replay_capacity=60 is below batch_size=64"),
+]
+
+
+@pytest.mark.parametrize("agent,flags,message", USAGE,
+                         ids=[f"{a}:{' '.join(f)}" for a, f, _ in USAGE])
+def test_a_usage_error_is_one_line_and_exit_1(agent, flags, message, tmp_path):
+    if not any(f.startswith("--run_dir") for f in flags):
+        flags = [*flags, f"--run_dir={tmp_path / 'run'}"]
+    result = launch(agent, *flags)
+    lines = own_lines(result.stderr)
+    assert result.returncode == 1, result.stderr
+    assert lines == [line for line in lines if line.startswith("error: ")], result.stderr
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and "Fatal" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------ damaged checkpoints
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """An Ape-X run with two complete checkpoints (a first run and one resume)."""
+    run_dir = tmp_path_factory.mktemp("run")
+    ApexAgent(apex_config(run_dir)).run()
+    ApexAgent(apex_config(run_dir, resume=True, total_env_steps=6_000)).run()
+    paths = checkpoint.list_checkpoints(os.path.join(run_dir, "checkpoints"))
+    assert len(paths) == 2
+    return run_dir
+
+
+DAMAGE = {
+    "replay.npz deleted": ("replay.npz", os.remove),
+    "learner.msgpack truncated": ("learner.msgpack", lambda p: os.truncate(p, 100)),
+    "learner.msgpack garbage": ("learner.msgpack", lambda p: open(p, "r+b").write(b"\0" * 64)),
+    "meta.json garbage": ("meta.json", lambda p: open(p, "r+b").write(b"garbage")),
+    "replay.npz garbage": ("replay.npz", lambda p: open(p, "r+b").write(b"\x80\x04garbage")),
+    "manifest.json deleted": ("manifest.json", os.remove),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_a_damaged_checkpoint_falls_back_to_the_complete_one_with_its_replay(
+        case, finished_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    older, newer = checkpoint.list_checkpoints(str(run_dir / "checkpoints"))
+    name, damage = DAMAGE[case]
+    damage(os.path.join(newer, name))
+    printed = []
+    agent = ApexAgent(apex_config(run_dir, resume=True, total_env_steps=6_500),
+                      print_fn=printed.append)
+    assert agent.resumed_from == older
+    assert any(os.path.basename(newer) in p and name in p for p in printed), printed
+    with np.load(os.path.join(older, "replay.npz")) as saved:
+        assert len(agent.replay) == int(saved["size"]) > 0  # the replay came back
+    summary = agent.run()  # and the run goes on, keeping a complete checkpoint at every save
+    assert checkpoint.is_complete(summary["checkpoint"], checksums=True)
+    assert checkpoint.is_complete(older, checksums=True)
+
+
+# ------------------------------------------------------------------------- changed config
+
+def test_resume_refuses_a_network_change_and_keeps_the_saved_config(finished_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    original = (run_dir / "config.json").read_text()
+    with pytest.raises(UsageError, match=r"mlp_hidden_sizes: \[128, 128\] -> \[64, 64\]"):
+        ApexAgent(apex_config(run_dir, resume=True, mlp_hidden_sizes=(64, 64)))
+    result = launch("apex", f"--run_dir={run_dir}", "--resume", "--mlp_hidden_sizes=64,64",
+                    "--replay_capacity=40000")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = own_lines(result.stderr)
+    assert "mlp_hidden_sizes" in line and "replay_capacity: 50000 -> 40000" in line
+    assert (run_dir / "config.json").read_text() == original
+
+
+def test_resume_accepts_and_records_a_budget_or_step_size_change(finished_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    printed = []
+    config = apex_config(run_dir, resume=True, learning_rate=0.0005, total_env_steps=9_000)
+    assert run_folder.prepare_run_folder(config, printed.append)
+    assert any("learning_rate: 0.001 -> 0.0005" in p for p in printed), printed
+    history = [json.loads(line) for line in open(run_dir / "config_history.jsonl")]
+    assert len(history) == 3 and history[-1]["changed"]["learning_rate"] == [0.001, 0.0005]
+    assert json.load(open(run_dir / "config.json"))["learning_rate"] == 0.001
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path):
+    printed = []
+    assert run_folder.prepare_run_folder(apex_config(tmp_path, resume=True),
+                                         printed.append) is None
+    assert any("no complete checkpoint" in p for p in printed)
+
+
+def test_a_new_run_moves_an_earlier_one_aside(finished_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    printed = []
+    assert run_folder.prepare_run_folder(apex_config(run_dir), printed.append) is None
+    (moved,) = os.listdir(run_dir / "previous")
+    assert len(checkpoint.list_checkpoints(str(run_dir / "previous" / moved / "checkpoints")))
+    assert not (run_dir / "checkpoints").exists() and "moved it to" in printed[0]
+
+
+# ------------------------------------------------------------------------------ full disk
+
+@pytest.mark.parametrize("policy", ["retry", "stop"])
+def test_a_full_disk_during_a_periodic_save_is_reported_and_handled(policy, tmp_path,
+                                                                    monkeypatch):
+    calls = []
+    original = PrioritizedReplay.save
+
+    def full_once(self, path):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        original(self, path)
+
+    monkeypatch.setattr(PrioritizedReplay, "save", full_once)
+    printed = []
+    summary = ApexAgent(apex_config(tmp_path, checkpoint_period_s=0.5, checkpoint_failure=policy,
+                                    total_env_steps=60_000),
+                        print_fn=printed.append).run()
+    failure = [p for p in printed if "periodic checkpoint failed" in p]
+    assert len(failure) == 1 and "No space left on device" in failure[0]
+    if policy == "retry":
+        assert "retrying" in failure[0] and len(calls) > 2  # later periodic saves went on
+    else:
+        assert "stopping: checkpoint_failure=stop" in printed and len(calls) == 2
+        assert summary["env_steps"] < 60_000
+    assert checkpoint.is_complete(summary["checkpoint"], checksums=True)
+    assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".tmp")]
+
+
+def test_a_failed_final_save_exits_1(tmp_path, monkeypatch):
+    def full(self, path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PrioritizedReplay, "save", full)
+    printed = []
+    summary = ApexAgent(apex_config(tmp_path), print_fn=printed.append).run()
+    assert summary["checkpoint_failed"] and summary["checkpoint"] is None
+    assert any("final checkpoint failed" in p for p in printed)
+
+
+# ---------------------------------------------------------------------- signals and kills
+
+SLOW_STOP = """
+import sys, time
+from agents import runner
+original = runner.ThreadRunner.stop
+def slow_stop(self, timeout=30.0):
+    print("joining", flush=True)
+    time.sleep(1.5)
+    original(self, timeout)
+runner.ThreadRunner.stop = slow_stop
+import runpy
+runpy.run_path("experiments/run_{agent}.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("agent", ["apex", "impala"])
+def test_signals_during_shutdown_do_not_interrupt_it(agent, tmp_path):
+    cfg = APEX_CFG if agent == "apex" else IMPALA_CFG
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_STOP.format(agent=agent), f"--flagfile={cfg}",
+         f"--run_dir={tmp_path}", "--total_env_steps=100000000", "--log_period_s=0.3",
+         "--solved_return=inf"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen, interrupted = [], False
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith(f"[{agent}") and not interrupted:
+                proc.send_signal(signal.SIGINT)
+                interrupted = True
+            if line.startswith("joining"):
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
+                    proc.send_signal(sig)  # as GNU timeout does to the process group
+                    time.sleep(0.1)
+                break
+        seen.append(proc.communicate(timeout=90)[0])
+    finally:
+        proc.kill()
+    out = "".join(seen)
+    assert proc.returncode == 130, out
+    assert out.count("already stopping") == 3 and "Fatal Python error" not in out, out
+    assert checkpoint.find_resumable(str(tmp_path / "checkpoints"), print) is not None
+
+
+def test_a_run_killed_at_a_random_moment_resumes(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "experiments/run_apex.py", f"--flagfile={APEX_CFG}",
+         f"--run_dir={tmp_path}", "--total_env_steps=100000000", "--checkpoint_period_s=0.2",
+         "--log_period_s=0.2", "--solved_return=inf"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:  # a few checkpoints in, kill it wherever it is
+            if line.startswith("[apex") and " 0 (" not in line.split("|")[1]:
+                time.sleep(np.random.default_rng().uniform(1.0, 2.0))
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    result = launch("apex", f"--run_dir={tmp_path}", "--resume", "--total_env_steps=1",
+                    "--solved_return=inf")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "resumed from" in result.stdout
+    assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".tmp")]
+
+
+# --------------------------------------------------------------------------------- budget
+
+@pytest.mark.parametrize("make_config,agent_cls", [(apex_config, ApexAgent),
+                                                   (impala_config, ImpalaAgent)])
+def test_the_env_step_budget_holds_within_one_step_of_each_actor(make_config, agent_cls,
+                                                                 tmp_path):
+    config = make_config(tmp_path, total_env_steps=1_000, log_period_s=10.0,
+                         min_replay_size=64) if agent_cls is ApexAgent else make_config(
+        tmp_path, total_env_steps=1_000, log_period_s=10.0)
+    summary = agent_cls(config).run()
+    assert 1_000 <= summary["env_steps"] <= 1_000 + config.num_actors * config.actor_batch_size
+
+
+# ------------------------------------------------------------------------ thread failures
+
+def failing_after(n, original, message):
+    calls = []
+
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise RuntimeError(message)
+        return original(*args, **kwargs)
+
+    return wrapper
+
+
+THREADS = [
+    ("apex learner", ApexAgent, apex_config, "learner", apex_learner, "sample_to_batch"),
+    ("apex prefetch", ApexAgent, apex_config, "prefetch", PrioritizedReplay, "sample"),
+    ("apex evaluator", ApexAgent, apex_config, "evaluator", "agents.evaluation", "evaluate"),
+    ("impala learner", ImpalaAgent, impala_config, "learner", impala_learner, "stack_unrolls"),
+    ("impala evaluator", ImpalaAgent, impala_config, "evaluator", "agents.evaluation",
+     "evaluate"),
+]
+
+
+@pytest.mark.parametrize("case", THREADS, ids=[c[0] for c in THREADS])
+def test_a_failure_in_any_thread_ends_the_run_with_its_traceback(case, tmp_path, monkeypatch):
+    name, agent_cls, make_config, thread, owner, attribute = case
+    if isinstance(owner, str):
+        owner = sys.modules[owner]
+    monkeypatch.setattr(owner, attribute, failing_after(3, getattr(owner, attribute),
+                                                        f"injected {name} failure"))
+    config = make_config(tmp_path, total_env_steps=10**9, eval_period=5)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=rf"(?s)thread '{thread}' failed.*injected {name}"):
+        agent_cls(config).run()
+    assert time.monotonic() - start < 90
+    assert dataclasses.asdict(config)  # the config itself was never at fault
