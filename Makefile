@@ -1,6 +1,7 @@
 # Two commands on a fresh machine:
 #   make run    set up .venv and run the main job
 #   make test   set up .venv (with test tools) and run the test suite
+# Also: make notebook (opens notebooks/vtrace.ipynb in JupyterLab), make bench.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ JAX_VERSION := $(shell sed -n 's/^jax==//p' requirements.txt)
 # A GPU host (nvidia-smi lists a device) gets the CUDA 12 build of the same jax version.
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: setup setup-dev run test bench clean
+.PHONY: setup setup-dev run test bench notebook clean
 
 setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
@@ -44,6 +45,12 @@ bench: setup-dev
 	$(PY) benchmarks/bench_impala.py
 	$(PY) benchmarks/bench_zero.py
 	$(PY) benchmarks/bench_apex_ray.py
+
+# JupyterLab is installed on first use only: the tests run the notebooks without it.
+notebook: setup-dev
+	$(PY) -m pip install --quiet jupyterlab==4.6.6
+	$(VENV)/bin/jupytext --to ipynb notebooks/vtrace.py
+	$(VENV)/bin/jupyter lab notebooks/vtrace.ipynb
 
 clean:
 	rm -rf $(VENV) build *.egg-info
