@@ -149,7 +149,8 @@ class ApexConfig(RunConfig):
 
     def _check_capacity(self) -> None:
         """Each shard must hold an actor's largest add (a local buffer that reached its size,
-        plus one recv batch whose episode ends each emit up to n transitions) and a batch."""
+        plus one recv batch whose episode ends each emit up to n transitions); the replay must
+        hold a batch."""
         per_shard = -(-self.replay_capacity // self.replay_shards)
         largest_add = self.local_buffer_size - 1 + self.actor_batch_size * self.n_step
         where = (f"replay_capacity={self.replay_capacity}" if self.replay_shards == 1 else
@@ -160,6 +161,7 @@ class ApexConfig(RunConfig):
                 f"{where} is below an actor's largest add, local_buffer_size - 1 + "
                 f"actor_batch_size * n_step = {largest_add}; raise replay_capacity or lower "
                 "local_buffer_size")
-        if per_shard < self.batch_size:
-            raise ValueError(f"{where} is below batch_size={self.batch_size}: every batch "
-                             "would repeat transitions; raise replay_capacity")
+        if self.replay_capacity < self.batch_size:  # a batch is drawn over all shards
+            raise ValueError(f"replay_capacity={self.replay_capacity} is below batch_size="
+                             f"{self.batch_size}: every batch would repeat transitions; raise "
+                             "replay_capacity")

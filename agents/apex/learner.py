@@ -74,7 +74,7 @@ def make_update(network: nn.Module, config: ApexConfig, mesh: jax.sharding.Mesh,
         return loss, (td, jnp.mean(q_tm1))
 
     def update(state: TrainingState, batch):
-        grads, (td, mean_q) = jax.grad(loss_fn, has_aux=True)(
+        (loss, (td, mean_q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             sharding.per_device(state.params), state.target_params, batch)
         # Equal shards, so the mean of the shard means is the full batch's mean gradient.
         params, opt_state, grad_norm = zero.step(state.params, grads, state.opt_state)
@@ -82,9 +82,8 @@ def make_update(network: nn.Module, config: ApexConfig, mesh: jax.sharding.Mesh,
         copy = steps % config.target_update_period == 0
         target_params = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params,
                                      state.target_params)
-        metrics = jax.lax.pmean(dict(
-            loss=apex_loss(td, batch["weights"], config.loss, config.huber_delta),
-            mean_abs_td=jnp.mean(jnp.abs(td)), mean_q=mean_q), sharding.BATCH_AXIS)
+        metrics = jax.lax.pmean(dict(loss=loss, mean_abs_td=jnp.mean(jnp.abs(td)),
+                                     mean_q=mean_q), sharding.BATCH_AXIS)
         metrics["grad_norm"] = grad_norm
         return TrainingState(params, target_params, opt_state, steps), metrics, jnp.abs(td)
 

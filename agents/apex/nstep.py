@@ -13,7 +13,7 @@ learner never has to score new data:
 The actor holds only online parameters, so this is the double-Q target of the learner with the
 target network equal to the online one.
 
-Episode ends (DESIGN.md: terminated and truncated differ). When an env's final observation
+Episode ends (terminated and truncated differ). When an env's final observation
 arrives, every pending transition of that env is emitted with the rewards seen so far, m <= n:
 terminated -> discount 0 (no bootstrap); truncated (time limit) -> discount gamma^m, bootstrapping
 from the final observation, which is their next_obs. Both flags set counts as terminated. The

@@ -76,7 +76,8 @@ class ImpalaAgent:
         return [ImpalaActor(
             i, lambda s=actor_env_settings(config, i): make_env(s), self.policy,
             UnrollBuilder(config.envs_per_actor, config.unroll_length, config.discount,
-                          info.obs_shape, info.obs_dtype, info.num_actions),
+                          info.obs_shape, info.obs_dtype, info.num_actions,
+                          check_inputs=False),
             self.unrolls, self.param_server, self.stats, seed=config.seed * 1_000 + i,
             device_index=i)
             for i in range(config.num_actors)]

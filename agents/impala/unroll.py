@@ -11,7 +11,7 @@ row 0 of that env's next unroll, bit for bit, so every unroll after the first co
 and V(obs[T]) bootstraps the one unroll while starting the next. Episodes do not align with
 unrolls: an unroll may hold the end of one episode, several short ones and the start of another.
 
-Episode ends (DESIGN.md: terminated and truncated differ). envpool returns an episode's final
+Episode ends (terminated and truncated differ). envpool returns an episode's final
 observation with `terminated` or `truncated` set; the step into it gets `episode_ends = True`
 and `discounts = gamma * (1 - terminated)`: a termination stops the return (the state after it
 is worth 0), a time-limit truncation does not end the task, so the step still bootstraps from
@@ -110,12 +110,16 @@ class UnrollBuilder:
       obs_shape: shape of one observation, e.g. (4, 84, 84).
       obs_dtype: dtype of the observations stored (uint8 for Atari).
       num_actions: A, the number of discrete actions (width of the logits).
+      check_inputs: validate every `step`'s arguments (shapes, dtypes, env ids, finite values).
+        Actors turn it off: envpool and their jitted policy produce well-formed arrays by
+        construction, and the checks would cost a third of the builder's time in the hot loop.
     """
 
     def __init__(self, num_envs: int, unroll_length: int, gamma: float, obs_shape, obs_dtype,
-                 num_actions: int):
+                 num_actions: int, check_inputs: bool = True):
         check_builder_args(gamma, num_envs=num_envs, unroll_length=unroll_length,
                            num_actions=num_actions)
+        self.check_inputs = check_inputs
         self.num_envs, self.unroll_length = int(num_envs), int(unroll_length)
         self.gamma, self.num_actions = float(gamma), int(num_actions)
         self.obs_shape = tuple(int(d) for d in obs_shape)
@@ -173,33 +177,12 @@ class UnrollBuilder:
           `Unrolls` of the K >= 1 unrolls completed (at most one per env, in batch order);
           None when none completed.
         """
-        env_ids, obs = check_recv(env_ids, obs, self.num_envs, self.obs_shape, self.obs_dtype)
+        if self.check_inputs:
+            env_ids, obs, rewards, terminated, truncated, actions, logits = self._check_step(
+                env_ids, obs, rewards, terminated, truncated, actions, logits, param_version)
         batch = len(env_ids)
-        with np.errstate(over="ignore"):  # an overflow to inf is reported just below
-            rewards = check_shape("rewards", rewards, (batch,)).astype(np.float32)
-        if not np.isfinite(rewards).all():
-            raise ValueError(f"rewards must be finite (in float32), got {rewards}")
-        terminated = check_shape("terminated", terminated, (batch,)).astype(bool)
-        truncated = check_shape("truncated", truncated, (batch,)).astype(bool)
-        logits = check_shape("logits", logits, (batch, self.num_actions))
-        if not np.issubdtype(logits.dtype, np.number) or np.iscomplexobj(logits):
-            raise ValueError(f"logits must be real numbers, got dtype {logits.dtype}")
-        with np.errstate(over="ignore"):  # an overflow to inf is reported just below
-            logits = logits.astype(np.float32)
-        if not np.isfinite(logits).all():
-            bad = np.nonzero(~np.isfinite(logits).all(axis=1))[0]
-            raise ValueError(f"logits must be finite (in float32); rows {bad[:3]} of the batch "
-                             f"(env ids {env_ids[bad[:3]]}) hold NaN or inf")
-        actions = check_shape("actions", actions, (batch,))
         final = terminated | truncated
-        in_range = (actions >= 0) & (actions < self.num_actions) if np.issubdtype(
-            actions.dtype, np.integer) else np.zeros(batch, bool)
-        if not np.issubdtype(actions.dtype, np.integer) or not in_range[~final].all():
-            raise ValueError(f"actions must be integers in [0, {self.num_actions}) for "
-                             f"non-final observations, got {actions}")
-        if (isinstance(param_version, bool) or not isinstance(param_version, (int, np.integer))
-                or param_version < 0):
-            raise ValueError(f"param_version must be an integer >= 0, got {param_version!r}")
+        in_range = (actions >= 0) & (actions < self.num_actions)
         if batch == 0:
             return None
 
@@ -238,3 +221,35 @@ class UnrollBuilder:
             buffer[ed, 0] = buffer[ed, t_len]
         self._fill[ed] = 1
         return out
+
+    def _check_step(self, env_ids, obs, rewards, terminated, truncated, actions, logits,
+                    param_version):
+        """ValueErrors for a malformed recv batch; returns the arguments as arrays."""
+        env_ids, obs = check_recv(env_ids, obs, self.num_envs, self.obs_shape, self.obs_dtype)
+        batch = len(env_ids)
+        with np.errstate(over="ignore"):  # an overflow to inf is reported just below
+            rewards = check_shape("rewards", rewards, (batch,)).astype(np.float32)
+        if not np.isfinite(rewards).all():
+            raise ValueError(f"rewards must be finite (in float32), got {rewards}")
+        terminated = check_shape("terminated", terminated, (batch,)).astype(bool)
+        truncated = check_shape("truncated", truncated, (batch,)).astype(bool)
+        logits = check_shape("logits", logits, (batch, self.num_actions))
+        if not np.issubdtype(logits.dtype, np.number) or np.iscomplexobj(logits):
+            raise ValueError(f"logits must be real numbers, got dtype {logits.dtype}")
+        with np.errstate(over="ignore"):  # an overflow to inf is reported just below
+            logits = logits.astype(np.float32)
+        if not np.isfinite(logits).all():
+            bad = np.nonzero(~np.isfinite(logits).all(axis=1))[0]
+            raise ValueError(f"logits must be finite (in float32); rows {bad[:3]} of the batch "
+                             f"(env ids {env_ids[bad[:3]]}) hold NaN or inf")
+        actions = check_shape("actions", actions, (batch,))
+        final = terminated | truncated
+        in_range = (actions >= 0) & (actions < self.num_actions) if np.issubdtype(
+            actions.dtype, np.integer) else np.zeros(batch, bool)
+        if not np.issubdtype(actions.dtype, np.integer) or not in_range[~final].all():
+            raise ValueError(f"actions must be integers in [0, {self.num_actions}) for "
+                             f"non-final observations, got {actions}")
+        if (isinstance(param_version, bool) or not isinstance(param_version, (int, np.integer))
+                or param_version < 0):
+            raise ValueError(f"param_version must be an integer >= 0, got {param_version!r}")
+        return env_ids, obs, rewards, terminated, truncated, actions, logits

@@ -66,9 +66,17 @@ def test_four_devices_equal_one(optimizer, zero_stage):
 
 
 def test_target_network_copies_on_schedule():
+    """target_update_period=3: the target equals the parameters after update 3 (and 6), and
+    after updates 4 and 5 still holds update 3's parameters."""
     rng = np.random.default_rng(1)
-    state, _ = run_updates(CONFIG, jax.devices()[:1], [random_batch(rng, 16) for _ in range(3)])
-    jax.tree.map(np.testing.assert_array_equal, state.params, state.target_params)
+    batches = [random_batch(rng, 16) for _ in range(6)]
+    states = [run_updates(CONFIG, jax.devices()[:1], batches[:n])[0] for n in (3, 5, 6)]
+    after_3, after_5, after_6 = states
+    jax.tree.map(np.testing.assert_array_equal, after_3.params, after_3.target_params)
+    jax.tree.map(np.testing.assert_array_equal, after_3.params, after_5.target_params)
+    assert not np.array_equal(jax.tree.leaves(after_5.params)[0],
+                              jax.tree.leaves(after_5.target_params)[0])
+    jax.tree.map(np.testing.assert_array_equal, after_6.params, after_6.target_params)
 
 
 def test_batch_that_does_not_split_over_devices_raises():

@@ -21,8 +21,8 @@ from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
 
 NUM = 40  # transitions, tagged 0..NUM-1 in obs[:, 0]
 CONFIG = ApexConfig(env="CartPole-v1", num_actors=2, envs_per_actor=2, actor_batch_size=1,
-                    backend="ray", replay_capacity=64, min_replay_size=0, torso="mlp",
-                    head_hidden_sizes=())
+                    backend="ray", replay_capacity=64, min_replay_size=0, batch_size=32,
+                    local_buffer_size=8, torso="mlp", head_hidden_sizes=())
 INFO = env_info(actor_env_settings(CONFIG, 0))
 
 
