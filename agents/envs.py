@@ -32,6 +32,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from agents.seeds import run_seeds
+
 _INT32_LIMIT = 2**31
 
 
@@ -230,20 +232,27 @@ def make_env(settings: EnvSettings):
     return envpool.make(settings.env_id, env_type="gymnasium", **settings.envpool_kwargs())
 
 
-def actor_env_settings(config: Any, actor_id: int) -> EnvSettings:
-    """The envs of one actor of an agent config (Ape-X's or IMPALA's); each actor gets its own
-    block of seeds.
+def actor_env_settings(config: Any, actor_id: int, restart: int = 0) -> EnvSettings:
+    """The envs of one actor of an agent config (Ape-X's or IMPALA's), seeded with the actor's
+    own block of env seeds (`agents.seeds`).
 
     Args:
       config: has env, envs_per_actor, actor_batch_size, seed, max_episode_steps (0 = the env's
         own) and the Atari settings episodic_life, reward_clip, noop_max,
         repeat_action_probability and max_episode_frames.
-      actor_id: the actor's index.
+      actor_id: the actor's index in the whole run.
+      restart: how often this actor was restarted (a restarted actor gets fresh envs).
     """
     return EnvSettings(
         env_id=config.env, num_envs=config.envs_per_actor, batch_size=config.actor_batch_size,
-        seed=config.seed * 1_000 + actor_id * config.envs_per_actor,
+        seed=run_seeds(config).actor_envs_seed(actor_id, restart),
         max_episode_steps=config.max_episode_steps or None, episodic_life=config.episodic_life,
         reward_clip=config.reward_clip, noop_max=config.noop_max,
         repeat_action_probability=config.repeat_action_probability,
         max_episode_frames=config.max_episode_frames)
+
+
+def eval_env_settings(config: Any) -> EnvSettings:
+    """The evaluation envs: one episode per env, real game scores, seeds apart from training."""
+    return actor_env_settings(config, 0).for_evaluation(
+        config.eval_episodes, seed=run_seeds(config).eval_envs_seed())

@@ -153,6 +153,11 @@ class RunConfig:
         return learner, actor
 
     @property
+    def actors_in_run(self) -> int:
+        """Actors of the whole run (an agent spanning several processes counts them all)."""
+        return self.num_actors
+
+    @property
     def num_envs(self) -> int:
         """All environments of all actors."""
         return self.num_actors * self.envs_per_actor

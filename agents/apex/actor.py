@@ -7,7 +7,7 @@ periodically.
 """
 
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -59,7 +59,7 @@ class ApexActor:
       stats: shared counters (env_steps, episodes and returns).
       local_buffer_size: transitions gathered before one replay add.
       update_period: agent steps per env between parameter pulls.
-      seed: seed of the exploration generator.
+      seed: seed of the exploration generator (an int or a `np.random.SeedSequence`).
       limiter: optional rate limiter shared with the learner.
       device_index: which of the param server's actor devices this actor's policy runs on.
     """
@@ -67,7 +67,7 @@ class ApexActor:
     def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
                  epsilons: np.ndarray, builder: NStepBuilder, replay: PrioritizedReplay,
                  param_server: ParamServer, stats: RunStats, local_buffer_size: int,
-                 update_period: int, seed: int, limiter: SampleToInsertRatio | None = None,
+                 update_period: int, seed: Any, limiter: SampleToInsertRatio | None = None,
                  device_index: int = 0):
         self.actor_id = actor_id
         self._make_env, self._policy = make_env, policy

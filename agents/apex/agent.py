@@ -17,11 +17,12 @@ from agents.apex.learner import ApexLearner, init_state, make_optimizer
 from agents.apex.network import QNetwork
 from agents.apex.nstep import NStepBuilder
 from agents.driver import Driver
-from agents.envs import EnvInfo, actor_env_settings, env_info, make_env
+from agents.envs import EnvInfo, actor_env_settings, env_info, eval_env_settings, make_env
 from agents.evaluation import Evaluator
 from agents.param_server import ParamServer
 from agents.rate_limiter import SampleToInsertRatio
 from agents.runner import ThreadRunner
+from agents.seeds import run_seeds
 from agents.stats import RunStats
 from replay.frames import FrameStackStorage
 from replay.prioritized import PrioritizedReplay
@@ -47,7 +48,7 @@ def make_replay(config: ApexConfig, info: EnvInfo, shard: int = 0) -> Prioritize
     spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),
                 discount=((), np.float32), next_obs=obs)
     kwargs = dict(alpha=config.priority_exponent, beta=config.importance_exponent,
-                  seed=(config.seed, shard))  # a stream apart from the actors' int seeds
+                  seed=run_seeds(config).sampler(shard))
     if info.is_atari:
         storage = FrameStackStorage(spec, capacity, stack_axis=0)
         return PrioritizedReplay(capacity, storage=storage, **kwargs)
@@ -70,20 +71,20 @@ def make_limiter(config: ApexConfig, replay: PrioritizedReplay) -> SampleToInser
 
 def make_actor(config: ApexConfig, info: EnvInfo, actor_id: int, policy: Callable,
                replay: Any, param_server: ParamServer, stats: RunStats,
-               limiter: SampleToInsertRatio | None = None, seed_offset: int = 0) -> ApexActor:
+               limiter: SampleToInsertRatio | None = None, restart: int = 0) -> ApexActor:
     """Actor `actor_id` of the run: its envs' exploration rates and seeds, its n-step builder.
 
-    `seed_offset` gives a restarted actor a fresh exploration sequence.
+    `restart` (how often this actor was restarted) gives it fresh envs and exploration.
     """
     own = slice(actor_id * config.envs_per_actor, (actor_id + 1) * config.envs_per_actor)
     epsilons = exploration_epsilons(config.num_envs, config.epsilon_base,
                                     config.epsilon_alpha)[own]
-    settings = actor_env_settings(config, actor_id)
+    settings = actor_env_settings(config, actor_id, restart)
     builder = NStepBuilder(config.envs_per_actor, config.n_step, config.discount,
                            info.obs_shape, info.obs_dtype)
     return ApexActor(actor_id, lambda: make_env(settings), policy, epsilons, builder, replay,
                      param_server, stats, config.local_buffer_size, config.actor_update_period,
-                     seed=config.seed * 1_000 + actor_id + 1_000_003 * seed_offset,
+                     seed=run_seeds(config).exploration(actor_id, restart),
                      limiter=limiter, device_index=actor_id)
 
 
@@ -126,7 +127,7 @@ class ApexAgent:
         self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
         state = init_state(self.network, make_optimizer(config),
                            np.zeros(self.info.obs_shape, self.info.obs_dtype),
-                           jax.random.PRNGKey(config.seed))
+                           jax.random.PRNGKey(run_seeds(config).network()))
         if self.resumed_from:
             state = checkpoint.resume_run(self.resumed_from, state, self.stats,
                                           self.replay if config.checkpoint_replay else None)
@@ -147,7 +148,7 @@ class ApexAgent:
         """Trains until the budget, the solved line, Ctrl-C or a failure of any thread or
         Ray worker."""
         config = self.config
-        eval_settings = actor_env_settings(config, 0).for_evaluation(config.eval_episodes)
+        eval_settings = eval_env_settings(config)
         evaluator = Evaluator(lambda: make_env(eval_settings), self.policy, self.param_server,
                               lambda: self.learner.updates, lambda: self.stats.get("env_steps"),
                               config.eval_period, config.solved_return)

@@ -32,6 +32,7 @@ from agents.apex.agent import make_actor, make_limiter, make_network, make_repla
 from agents.apex.config import ApexConfig
 from agents.envs import EnvInfo
 from agents.param_server import ParamServer
+from agents.seeds import run_seeds
 from agents.stats import RunStats
 from replay.prioritized import Sample
 
@@ -116,10 +117,10 @@ class ShardedReplay:
     Args:
       shards: `ReplayShard` actor handles.
       beta: importance-weight exponent.
-      seed: seed of the split of each batch over the shards.
+      seed: seed of the split of each batch over the shards (for `np.random.default_rng`).
     """
 
-    def __init__(self, shards: list, beta: float, seed: int):
+    def __init__(self, shards: list, beta: float, seed: Any):
         self.shards, self.beta = shards, beta
         self._rng = np.random.default_rng(seed)
         self._updates_in_flight: list = []
@@ -229,11 +230,11 @@ class ActorWorker:
       actor_id: which of the run's actors (its envs and exploration rates).
       shard: the `ReplayShard` it adds to.
       version, params: the parameters to start with (host arrays).
-      seed_offset: the restart count, for a fresh exploration sequence.
+      restart: the restart count, for fresh envs and exploration.
     """
 
     def __init__(self, config: ApexConfig, info: EnvInfo, actor_id: int, shard: Any,
-                 version: int, params: Any, seed_offset: int = 0):
+                 version: int, params: Any, restart: int = 0):
         # Actors act on the CPU, as in the paper; accelerators stay with the learner.
         jax.config.update("jax_platforms", "cpu")
         self._stop = threading.Event()
@@ -245,7 +246,7 @@ class ActorWorker:
         network = make_network(config, info)
         self.actor = make_actor(config, info, actor_id, jax.jit(network.apply),
                                 _ShardWriter(shard, self._stop), self.param_server, self.stats,
-                                seed_offset=seed_offset)
+                                restart=restart)
 
     def set_params(self, version: int, params: Any) -> None:
         """Takes parameters `version` unless a newer one already arrived."""
@@ -294,7 +295,8 @@ class RayBackend:
         self._worker_cls = ray.remote(ActorWorker).options(
             num_cpus=config.ray_cpus_per_actor, max_concurrency=4)
         self.shards = [shard_cls.remote(config, info, k) for k in range(config.replay_shards)]
-        self.replay = ShardedReplay(self.shards, config.importance_exponent, config.seed)
+        self.replay = ShardedReplay(self.shards, config.importance_exponent,
+                                    run_seeds(config).shard_split())
         self.workers: dict[int, Any] = {}
         self._runs: dict[Any, int] = {}  # run() ref -> actor id
         self._restarts = [0] * config.num_actors
@@ -304,7 +306,7 @@ class RayBackend:
     def _start_worker(self, actor_id: int) -> None:
         worker = self._worker_cls.remote(
             self.config, self.info, actor_id, self.shards[actor_id % len(self.shards)],
-            *self._params, seed_offset=self._restarts[actor_id])
+            *self._params, restart=self._restarts[actor_id])
         self.workers[actor_id] = worker
         self._runs[worker.run.remote()] = actor_id
 

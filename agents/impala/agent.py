@@ -13,7 +13,7 @@ import numpy as np
 
 from agents import checkpoint, distributed, run_folder, sharding
 from agents.driver import Driver
-from agents.envs import EnvInfo, actor_env_settings, env_info, make_env
+from agents.envs import EnvInfo, actor_env_settings, env_info, eval_env_settings, make_env
 from agents.evaluation import Evaluator
 from agents.impala.actor import ImpalaActor, make_policy
 from agents.impala.config import ImpalaConfig
@@ -22,6 +22,7 @@ from agents.impala.network import PolicyValueNetwork
 from agents.impala.unroll import UnrollBuilder
 from agents.param_server import ParamServer
 from agents.runner import ThreadRunner
+from agents.seeds import global_actor, run_seeds
 from agents.stats import RunStats
 
 
@@ -59,7 +60,7 @@ class ImpalaAgent:
         self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
         state = init_state(self.network, make_optimizer(config),
                            np.zeros(self.info.obs_shape, self.info.obs_dtype),
-                           jax.random.PRNGKey(config.seed))
+                           jax.random.PRNGKey(run_seeds(config).network()))
         if self.resumed_from:
             state = checkpoint.resume_run(self.resumed_from, state, self.stats)
         self.unrolls: queue.Queue = queue.Queue(maxsize=config.queue_size)
@@ -72,13 +73,14 @@ class ImpalaAgent:
         self.greedy_scores = jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
 
     def _actors(self) -> list[ImpalaActor]:
-        config, info = self.config, self.info
+        config, info, seeds = self.config, self.info, run_seeds(self.config)
+        first = global_actor(config.process_id, config.num_actors, 0)
         return [ImpalaActor(
-            i, lambda s=actor_env_settings(config, i): make_env(s), self.policy,
+            i, lambda s=actor_env_settings(config, first + i): make_env(s), self.policy,
             UnrollBuilder(config.envs_per_actor, config.unroll_length, config.discount,
                           info.obs_shape, info.obs_dtype, info.num_actions,
                           check_inputs=False),
-            self.unrolls, self.param_server, self.stats, seed=config.seed * 1_000 + i,
+            self.unrolls, self.param_server, self.stats, seed=seeds.exploration_key(first + i),
             device_index=i)
             for i in range(config.num_actors)]
 
@@ -90,7 +92,7 @@ class ImpalaAgent:
     def run(self) -> dict:
         """Trains until the budget, the solved line, Ctrl-C or a thread failure."""
         config = self.config
-        eval_settings = actor_env_settings(config, 0).for_evaluation(config.eval_episodes)
+        eval_settings = eval_env_settings(config)
         evaluator = Evaluator(lambda: make_env(eval_settings), self.greedy_scores,
                               self.param_server, lambda: self.learner.updates,
                               lambda: self.stats.get("env_steps"), config.eval_period,

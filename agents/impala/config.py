@@ -120,6 +120,11 @@ class ImpalaConfig(RunConfig):
         self.check_network()
 
     @property
+    def actors_in_run(self) -> int:
+        """Actors of all processes: each runs num_actors."""
+        return self.num_actors * self.num_processes
+
+    @property
     def total_updates(self) -> int:
         """Learner updates in the run (for the learning-rate schedule): T x B steps each."""
         return max(1, self.total_env_steps // (self.unroll_length * self.batch_size))
