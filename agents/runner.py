@@ -15,13 +15,34 @@ class WorkerError(RuntimeError):
     """A worker thread raised; the message holds the thread's name and traceback."""
 
 
+class StopEvent(threading.Event):
+    """A `threading.Event` that also calls its `on_set` callbacks when first set, whoever sets
+    it (the budget, the evaluator, a signal, a failing worker): so what workers wait on that is
+    not this event (a replay's rate limiter) is released too."""
+
+    def __init__(self):
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._fired = threading.Lock()
+
+    def set(self) -> None:
+        super().set()
+        if self._fired.acquire(blocking=False):  # once, however many threads set it
+            for callback in self._callbacks:
+                callback()
+
+
 class ThreadRunner:
     """Starts named daemon threads, watches them, and stops them together."""
 
     def __init__(self):
-        self.stop_event = threading.Event()
+        self.stop_event = StopEvent()
         self._threads: list[threading.Thread] = []
         self._errors: queue.Queue = queue.Queue()
+
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        """Calls `callback()` (quick, thread-safe) as soon as the run is asked to stop."""
+        self.stop_event._callbacks.append(callback)
 
     def start(self, name: str, target: Callable[[threading.Event], None]) -> None:
         def run():

@@ -10,6 +10,11 @@ Every transition gets an id, its insertion count; its slot is `id % capacity`. T
 the ids back with the new priorities, so a priority computed for a transition that has since been
 overwritten is recognised (the slot now holds a newer id) and dropped, never landing on new data.
 
+Rate limiting: a replay built with a `rate_limiter` (`replay.rate_limiter`) owns the handshake
+between its writers and its reader, as a Reverb table does: `add` waits until inserting is
+allowed and `sample` until sampling is (the learner's warm-up, or a samples-per-insert ratio),
+and `close()` releases both for good; closed, they return None.
+
 Concurrency: one lock guards the sum tree, ids and counters. Critical sections are short and
 batched; the copy of the sampled transitions' bytes happens outside the lock, and is validated
 afterwards (slot ids unchanged and, for frame storage, frames not overwritten), redrawing the rare
@@ -24,6 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from replay.rate_limiter import MinSize
 from replay.spec import TransitionSpec
 from replay.storage import ArrayStorage, Storage
 from replay.sum_tree import SumTree
@@ -72,12 +78,15 @@ class PrioritizedReplay:
       beta: importance-weight exponent (Ape-X: 0.4); settable while running, for annealing.
       priority_epsilon: added to every priority so a transition with zero TD error can still be
         sampled (Schaul et al. 2016, Sec. 3.3: p_i = |delta_i| + epsilon).
-      seed: seed of the sampling generator (an int, or ints for `np.random.default_rng`).
+      seed: seed of the sampling generator (anything `np.random.default_rng` takes).
+      rate_limiter: a `replay.rate_limiter` limiter that `add` and `sample` wait on (None:
+        neither ever waits).
     """
 
     def __init__(self, capacity: int, spec: TransitionSpec | None = None, *,
                  storage: Storage | None = None, alpha: float = 0.6, beta: float = 0.4,
-                 priority_epsilon: float = 1e-6, seed: int | tuple[int, ...] = 0):
+                 priority_epsilon: float = 1e-6, seed: Any = 0,
+                 rate_limiter: MinSize | None = None):
         if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
         if (spec is None) == (storage is None):
@@ -102,6 +111,13 @@ class PrioritizedReplay:
         self._size = 0
         self._counters = dict(added=0, evicted=0, sampled=0, updates_applied=0,
                               updates_stale=0, redrawn=0)
+        self.rate_limiter = rate_limiter
+
+    def close(self) -> None:
+        """Releases every `add` and `sample` waiting on the rate limiter, and all later ones:
+        the run is stopping. Reading, updating priorities and saving still work."""
+        if self.rate_limiter is not None:
+            self.rate_limiter.close()
 
     @property
     def beta(self) -> float:
@@ -130,8 +146,9 @@ class PrioritizedReplay:
         return (priorities + self.priority_epsilon) ** self.alpha
 
     def add(self, transitions: dict[str, np.ndarray], priorities: Any,
-            streams: np.ndarray | None = None) -> np.ndarray:
-        """Adds a batch of transitions with their initial priorities.
+            streams: np.ndarray | None = None) -> np.ndarray | None:
+        """Adds a batch of transitions with their initial priorities, once the rate limiter
+        allows it.
 
         Args:
           transitions: dict of fields `[B, ...]` matching the spec.
@@ -139,7 +156,8 @@ class PrioritizedReplay:
           streams: int `[B]` the env stream of each transition (needed by frame storage).
 
         Returns:
-          int64 `[B]` ids of the transitions written.
+          int64 `[B]` ids of the transitions written; None if the replay was closed while
+          waiting (nothing written).
         """
         if np.ndim(priorities) != 1:
             raise ValueError(f"priorities must be one-dimensional [B], got shape "
@@ -155,6 +173,8 @@ class PrioritizedReplay:
         if len(next(iter(transitions.values()))) != batch_size:
             raise ValueError(f"transitions hold {len(next(iter(transitions.values())))} "
                              f"entries but priorities {batch_size}")
+        if self.rate_limiter is not None and not self.rate_limiter.await_insert(batch_size):
+            return None
         with self._lock:
             ids = self._next_id + np.arange(batch_size, dtype=np.int64)
             slots = ids % self.capacity
@@ -169,6 +189,8 @@ class PrioritizedReplay:
             self._size += batch_size - overwritten - len(victims)
             self._counters["added"] += batch_size
             self._counters["evicted"] += overwritten + len(victims)
+        if self.rate_limiter is not None:
+            self.rate_limiter.inserted(batch_size)
         return ids
 
     def _draw(self, batch_size: int) -> tuple[np.ndarray, ...]:
@@ -184,13 +206,16 @@ class PrioritizedReplay:
         return (self._ids[slots], priorities, priorities / total, weights,
                 self.storage.locate(slots))
 
-    def sample(self, batch_size: int) -> Sample:
-        """Samples `batch_size` transitions with P(i) proportional to p_i^alpha.
+    def sample(self, batch_size: int) -> Sample | None:
+        """Samples `batch_size` transitions with P(i) proportional to p_i^alpha, once the rate
+        limiter allows it; None if the replay was closed while waiting.
 
         Stratified: one draw in each of `batch_size` equal segments of the priority mass.
         """
         if not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if self.rate_limiter is not None and not self.rate_limiter.await_sample(batch_size):
+            return None
         with self._lock:
             ids, priorities, probabilities, weights, handle = self._draw(batch_size)
         transitions = self.storage.gather(handle)
@@ -212,6 +237,8 @@ class PrioritizedReplay:
         else:
             raise RuntimeError(f"sampling raced with adds {_MAX_REDRAWS} times in a row; the "
                                "replay is far too small for its add rate")
+        if self.rate_limiter is not None:
+            self.rate_limiter.sampled(batch_size)
         return Sample(ids, transitions, weights.astype(np.float32), probabilities, priorities)
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
@@ -301,6 +328,8 @@ class PrioritizedReplay:
             self._beta = beta
             self._rng.bit_generator.state = rng_state
             self._counters = {k: int(state[f"counters/{k}"]) for k in self._counters}
+        if self.rate_limiter is not None:  # a resumed run keeps its warm-up and ratio
+            self.rate_limiter.restore(self._counters["added"], self._counters["sampled"])
 
     def save(self, path: str) -> None:
         """Writes the state to an `.npz` file atomically (temporary file, then rename).

@@ -13,7 +13,6 @@ import numpy as np
 
 from agents.apex.nstep import NStepBuilder
 from agents.param_server import ParamServer
-from agents.rate_limiter import SampleToInsertRatio
 from agents.stats import EpisodeReturns, RunStats
 from replay.prioritized import PrioritizedReplay
 
@@ -60,36 +59,29 @@ class ApexActor:
       local_buffer_size: transitions gathered before one replay add.
       update_period: agent steps per env between parameter pulls.
       seed: seed of the exploration generator (an int or a `np.random.SeedSequence`).
-      limiter: optional rate limiter shared with the learner.
       device_index: which of the param server's actor devices this actor's policy runs on.
     """
 
     def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
                  epsilons: np.ndarray, builder: NStepBuilder, replay: PrioritizedReplay,
                  param_server: ParamServer, stats: RunStats, local_buffer_size: int,
-                 update_period: int, seed: Any, limiter: SampleToInsertRatio | None = None,
-                 device_index: int = 0):
+                 update_period: int, seed: Any, device_index: int = 0):
         self.actor_id = actor_id
         self._make_env, self._policy = make_env, policy
         self._epsilons, self._builder = epsilons, builder
         self._replay, self._param_server, self._stats = replay, param_server, stats
         self._local_buffer_size, self._update_period = local_buffer_size, update_period
         self._rng = np.random.default_rng(seed)
-        self._limiter = limiter
         self._device_index = device_index
         self._local: list = []
         self._local_count = 0
 
-    def _flush(self, stop: threading.Event) -> None:
-        if not self._local:
-            return
-        if self._limiter is not None and not self._limiter.await_insert(stop):
-            return
+    def _flush(self) -> None:
+        """One batched add of the local buffer; it waits while the replay's rate limiter holds
+        the actors back (and adds nothing if the replay closes meanwhile: the run stops)."""
         parts = list(zip(*self._local))  # (transition dicts, priorities, streams)
         transitions = {k: np.concatenate([t[k] for t in parts[0]]) for k in parts[0][0]}
         self._replay.add(transitions, np.concatenate(parts[1]), np.concatenate(parts[2]))
-        if self._limiter is not None:
-            self._limiter.inserted(self._local_count)
         self._local, self._local_count = [], 0
 
     def run(self, stop: threading.Event) -> None:
@@ -118,7 +110,7 @@ class ApexActor:
                     self._local.append((transitions, priorities, streams + stream_offset))
                     self._local_count += len(priorities)
                     if self._local_count >= self._local_buffer_size:
-                        self._flush(stop)
+                        self._flush()
                 returns.step(env_ids, reward, terminated | truncated)
                 steps_since_pull += len(env_ids)
         finally:

@@ -20,12 +20,12 @@ from agents.driver import Driver
 from agents.envs import EnvInfo, actor_env_settings, env_info, eval_env_settings, make_env
 from agents.evaluation import Evaluator
 from agents.param_server import ParamServer
-from agents.rate_limiter import SampleToInsertRatio
 from agents.runner import ThreadRunner
 from agents.seeds import run_seeds
 from agents.stats import RunStats
 from replay.frames import FrameStackStorage
 from replay.prioritized import PrioritizedReplay
+from replay.rate_limiter import MinSize, SampleToInsertRatio
 
 
 def make_network(config: ApexConfig, info: EnvInfo) -> QNetwork:
@@ -40,38 +40,35 @@ def make_network(config: ApexConfig, info: EnvInfo) -> QNetwork:
                     config.head_hidden_sizes, stack_axis_first=info.channels_first)
 
 
+def make_rate_limiter(config: ApexConfig) -> MinSize:
+    """The rate limiter of the replay (or of each of its shards, with one shard's share of the
+    warm-up): the warm-up alone, or a samples-per-insert ratio."""
+    min_size = -(-config.min_replay_size // config.replay_shards)
+    if config.samples_per_insert <= 0:
+        return MinSize(min_size)
+    return SampleToInsertRatio(
+        config.samples_per_insert, min_size,
+        tolerance=max(config.batch_size, config.samples_per_insert * config.local_buffer_size))
+
+
 def make_replay(config: ApexConfig, info: EnvInfo, shard: int = 0) -> PrioritizedReplay:
     """The replay (or shard `shard` of `config.replay_shards`, holding its share of the
-    capacity); Atari frame stacks are stored one frame at a time."""
+    capacity) with its rate limiter; Atari frame stacks are stored one frame at a time."""
     capacity = -(-config.replay_capacity // config.replay_shards)
     obs = (info.obs_shape, info.obs_dtype)
     spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),
                 discount=((), np.float32), next_obs=obs)
     kwargs = dict(alpha=config.priority_exponent, beta=config.importance_exponent,
-                  seed=run_seeds(config).sampler(shard))
+                  seed=run_seeds(config).sampler(shard), rate_limiter=make_rate_limiter(config))
     if info.is_atari:
         storage = FrameStackStorage(spec, capacity, stack_axis=0)
         return PrioritizedReplay(capacity, storage=storage, **kwargs)
     return PrioritizedReplay(capacity, spec, **kwargs)
 
 
-def make_limiter(config: ApexConfig, replay: PrioritizedReplay) -> SampleToInsertRatio | None:
-    """The samples-per-insert limiter of `replay` (one shard's share of the warm-up), counting
-    what it already holds so a resumed run keeps its ratio; None when the run is free."""
-    if config.samples_per_insert <= 0:
-        return None
-    limiter = SampleToInsertRatio(
-        config.samples_per_insert, -(-config.min_replay_size // config.replay_shards),
-        tolerance=max(config.batch_size, config.samples_per_insert * config.local_buffer_size))
-    replay_stats = replay.stats()
-    limiter.inserted(replay_stats["added"])
-    limiter.sampled(replay_stats["sampled"])
-    return limiter
-
-
 def make_actor(config: ApexConfig, info: EnvInfo, actor_id: int, policy: Callable,
                replay: Any, param_server: ParamServer, stats: RunStats,
-               limiter: SampleToInsertRatio | None = None, restart: int = 0) -> ApexActor:
+               restart: int = 0) -> ApexActor:
     """Actor `actor_id` of the run: its envs' exploration rates and seeds, its n-step builder.
 
     `restart` (how often this actor was restarted) gives it fresh envs and exploration.
@@ -85,7 +82,7 @@ def make_actor(config: ApexConfig, info: EnvInfo, actor_id: int, policy: Callabl
     return ApexActor(actor_id, lambda: make_env(settings), policy, epsilons, builder, replay,
                      param_server, stats, config.local_buffer_size, config.actor_update_period,
                      seed=run_seeds(config).exploration(actor_id, restart),
-                     limiter=limiter, device_index=actor_id)
+                     device_index=actor_id)
 
 
 class ApexAgent:
@@ -131,11 +128,9 @@ class ApexAgent:
         if self.resumed_from:
             state = checkpoint.resume_run(self.resumed_from, state, self.stats,
                                           self.replay if config.checkpoint_replay else None)
-        # With Ray each shard holds its own limiter (`ReplayShard`).
-        self.limiter = None if self.backend else make_limiter(config, self.replay)
         self.param_server = ParamServer(actor_devices)
         self.learner = ApexLearner(config, self.network, self.replay, self.param_server, state,
-                                   self.mesh, self.limiter)
+                                   self.mesh)
         self.policy = jax.jit(self.network.apply)
 
     def save(self) -> str:
@@ -153,6 +148,7 @@ class ApexAgent:
                               lambda: self.learner.updates, lambda: self.stats.get("env_steps"),
                               config.eval_period, config.solved_return)
         runner = ThreadRunner()
+        runner.on_stop(self.replay.close)  # releases adds and samples waiting on the replay
         runner.start("prefetch", self.learner.prefetch)
         runner.start("learner", self.learner.run)
         if self.backend:
@@ -161,7 +157,7 @@ class ApexAgent:
         else:
             for i in range(config.num_actors):
                 actor = make_actor(config, self.info, i, self.policy, self.replay,
-                                   self.param_server, self.stats, self.limiter)
+                                   self.param_server, self.stats)
                 runner.start(f"actor-{i}", actor.run)
         runner.start("evaluator", evaluator.run)
         if self.resumed_from:

@@ -20,7 +20,6 @@ from agents import sharding
 from agents.apex.config import ApexConfig
 from agents.apex.losses import apex_loss, double_q_td_errors
 from agents.param_server import ParamServer
-from agents.rate_limiter import SampleToInsertRatio
 from agents.zero import ZeroOptimizer, canonical_opt_state
 from replay.prioritized import PrioritizedReplay, Sample
 
@@ -105,15 +104,12 @@ class ApexLearner:
       param_server: where parameters are published for the actors.
       state: initial (or restored) `TrainingState`.
       mesh: the learner devices.
-      limiter: optional rate limiter shared with the actors.
     """
 
     def __init__(self, config: ApexConfig, network: nn.Module, replay: PrioritizedReplay,
-                 param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh,
-                 limiter: SampleToInsertRatio | None = None):
+                 param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh):
         sharding.check_divisible(config.batch_size, mesh)
         self.config, self.replay, self.param_server, self.mesh = config, replay, param_server, mesh
-        self.limiter = limiter
         self._update, self._zero = make_update(network, config, mesh, state.params)
         self.state = self._zero.place_state(state, mesh)
         self._batches: queue.Queue = queue.Queue(maxsize=2)
@@ -126,22 +122,14 @@ class ApexLearner:
         self.param_server.publish(state.params)
 
     def prefetch(self, stop: threading.Event) -> None:
-        """Sampler thread: keeps the next batches ready while the device computes."""
-        batch_size = self.config.batch_size
+        """Sampler thread: keeps the next batches ready while the device computes. The replay's
+        rate limiter holds it through the warm-up (and to the samples-per-insert ratio)."""
         while not stop.is_set():
-            if self.limiter is not None:
-                if not self.limiter.await_sample(batch_size, stop):
-                    return
-            elif len(self.replay) < max(self.config.min_replay_size, 1):
-                time.sleep(0.005)
-                continue
             start = time.perf_counter()
-            sample = self.replay.sample(batch_size)
+            sample = self.replay.sample(self.config.batch_size)
             self.waits["sample_s"] += time.perf_counter() - start
-            if sample is None:  # a sharded replay released by a stopping run
+            if sample is None:  # the replay was closed: the run is stopping
                 continue
-            if self.limiter is not None:
-                self.limiter.sampled(batch_size)
             while not stop.is_set():
                 try:
                     self._batches.put(sample, timeout=0.1)
@@ -182,9 +170,11 @@ class ApexLearner:
 
     def host_metrics(self) -> dict[str, float]:
         """The latest update's metrics as Python floats, and the cumulative seconds spent
-        sampling, waiting for a batch and (with a rate limiter) held back by it."""
+        sampling (held back by the replay's rate limiter included), waiting for a batch, and
+        the time the rate limiter held the actors and the learner back."""
         waits = dict(sample_s=self.waits["sample_s"], learner_wait_s=self.waits["batch_s"])
-        if self.limiter is not None:
-            waits.update(actors_throttled_s=self.limiter.waited_s["insert"],
-                         learner_throttled_s=self.limiter.waited_s["sample"])
+        limiter = self.replay.rate_limiter
+        if limiter is not None:
+            waits.update(actors_throttled_s=limiter.waited_s["insert"],
+                         learner_throttled_s=limiter.waited_s["sample"])
         return {k: float(v) for k, v in self.metrics.items()} | waits

@@ -4,8 +4,8 @@ The classes are the threaded backend's (`ApexActor`, `PrioritizedReplay`, `ApexL
 module only wires them over Ray (Moritz et al. 2018, arXiv:1712.05889), as the Ape-X paper's
 actors feed a replay on other machines (Horgan et al. 2018, Sec. 3):
 
-- `ReplayShard`: one `PrioritizedReplay` with its samples-per-insert limiter, which holds back
-  adds or samples inside the shard, as Reverb's rate limiters do.
+- `ReplayShard`: one `PrioritizedReplay`, whose own rate limiter holds back adds or samples
+  inside the shard, as Reverb's tables do.
 - `ShardedReplay`: the learner's replay over all shards. It splits each batch over the shards in
   proportion to their total priority and weights it with the smallest priority of any shard, so
   a batch has the distribution and importance weights of one buffer holding everything.
@@ -28,7 +28,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from agents import ray_cluster
-from agents.apex.agent import make_actor, make_limiter, make_network, make_replay
+from agents.apex.agent import make_actor, make_network, make_replay
 from agents.apex.config import ApexConfig
 from agents.envs import EnvInfo
 from agents.param_server import ParamServer
@@ -64,30 +64,16 @@ class ReplayShard:
     """A Ray actor holding shard `index` of the run's replay (see `make_replay`)."""
 
     def __init__(self, config: ApexConfig, info: EnvInfo, index: int):
-        self._config = config
         self.replay = make_replay(config, info, index)
-        self.limiter = make_limiter(config, self.replay)
-        self._released = threading.Event()
 
     def add(self, transitions: dict[str, np.ndarray], priorities: np.ndarray,
             streams: np.ndarray) -> bool:
-        """Adds a batch once the limiter allows it; False if released meanwhile."""
-        if self.limiter is not None and not self.limiter.await_insert(self._released):
-            return False
-        self.replay.add(transitions, priorities, streams)
-        if self.limiter is not None:
-            self.limiter.inserted(len(priorities))
-        return True
+        """Adds a batch once the replay's rate limiter allows it; False if released meanwhile."""
+        return self.replay.add(transitions, priorities, streams) is not None
 
     def sample(self, batch_size: int) -> Sample | None:
-        """A batch once the limiter allows it; None if released meanwhile."""
-        if self.limiter is not None and not self.limiter.await_sample(batch_size,
-                                                                      self._released):
-            return None
-        sample = self.replay.sample(batch_size)
-        if self.limiter is not None:
-            self.limiter.sampled(batch_size)
-        return sample
+        """A batch once the replay's rate limiter allows it; None if released meanwhile."""
+        return self.replay.sample(batch_size)
 
     def priority_mass(self) -> tuple[float, float]:
         return self.replay.priority_mass()
@@ -103,11 +89,10 @@ class ReplayShard:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.replay.load_state_dict(state)
-        self.limiter = make_limiter(self._config, self.replay)
 
     def release(self) -> None:
         """Wakes every waiting add and sample: the run is stopping."""
-        self._released.set()
+        self.replay.close()
 
 
 class ShardedReplay:
@@ -120,10 +105,19 @@ class ShardedReplay:
       seed: seed of the split of each batch over the shards (for `np.random.default_rng`).
     """
 
+    rate_limiter = None  # each shard's replay owns its own
+
     def __init__(self, shards: list, beta: float, seed: Any):
         self.shards, self.beta = shards, beta
         self._rng = np.random.default_rng(seed)
         self._updates_in_flight: list = []
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        """Releases every add and sample waiting in a shard: the run is stopping."""
+        self._closed.set()
+        for shard in self.shards:
+            shard.release.remote()
 
     def _all(self, method: str, *args) -> list:
         return _shard_call([getattr(s, method).remote(*args) for s in self.shards], method)
@@ -143,9 +137,11 @@ class ShardedReplay:
         """A batch drawn with P(i) = p_i^alpha / sum over all shards; None if the shards were
         released (the run is stopping)."""
         masses = np.array(self._all("priority_mass"))  # [S, 2] (sum, min) of p^alpha
+        while masses[:, 0].sum() <= 0.0:  # nothing added yet: wait as one replay would
+            if self._closed.wait(POLL_S):
+                return None
+            masses = np.array(self._all("priority_mass"))
         total = masses[:, 0].sum()
-        if total <= 0.0:
-            raise ValueError("cannot sample from an empty replay; add transitions first")
         counts = self._rng.multinomial(batch_size, masses[:, 0] / total)  # [S]
         chosen = np.flatnonzero(counts)
         parts = _shard_call([self.shards[k].sample.remote(int(counts[k])) for k in chosen],
@@ -371,8 +367,7 @@ class RayBackend:
         for worker in self.workers.values():
             ray.kill(worker)
         self.workers, self._runs = {}, {}
-        for shard in self.shards:
-            shard.release.remote()  # wakes a sample waiting on the limiter
+        self.replay.close()  # wakes a sample waiting on a shard's rate limiter
 
     def close(self) -> None:
         """Ends the shards (after the final checkpoint) and a cluster this run started."""
