@@ -11,44 +11,30 @@
     python benchmarks/bench_apex.py [--parts actor,learner,cartpole] [--seconds 20]
 """
 
-import argparse
 import statistics
 import threading
 import time
 
 import timing  # noqa: F401  (puts the repository on sys.path)
+from agent_parts import bare_actor_fps, fill_replay, solve_cartpole
 
 import jax
 import numpy as np
 
-from agents import sharding
+from agents.parallel import sharding
 from agents.apex.actor import ApexActor, exploration_epsilons
-from agents.apex.agent import ApexAgent, make_network, make_replay
+from agents.apex.agent import ApexAgent
+from agents.apex.builder import make_network, make_replay
 from agents.apex.config import ApexConfig
 from agents.apex.learner import ApexLearner, init_state, make_optimizer, make_update
 from agents.apex.nstep import NStepBuilder
-from agents.envs import actor_env_settings, env_info, make_env
-from agents.param_server import ParamServer
-from agents.stats import RunStats
+from agents.run.envs import actor_env_settings, env_info, make_env
+from agents.run.param_server import ParamServer
+from agents.run.stats import RunStats
 
 ATARI = ApexConfig(env="Pong-v5", num_actors=1, envs_per_actor=16, actor_batch_size=8,
                    replay_capacity=100_000, min_replay_size=2_000, batch_size=32,
                    dueling=True, head_hidden_sizes=(512,))
-
-
-def bare_actor_fps(config, act, seconds):
-    """Frames/s of envpool and `act(obs) -> actions` with nothing else (the bare peer)."""
-    env = make_env(actor_env_settings(config, 0))
-    env.async_reset()
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        obs, _, _, _, info = env.recv()
-        actions = act(obs)
-        env.send(actions, info["env_id"])
-        steps += len(actions)
-    elapsed = time.perf_counter() - start
-    env.close()
-    return steps * 4 / elapsed  # frames: 4 per agent step
 
 
 def full_actor_fps(config, policy, param_server, info, seconds):
@@ -87,19 +73,6 @@ def actor_part(seconds):
     ratio = statistics.median(full) / statistics.median(bare)
     return [["actor frames/s (Pong, Nature, 16 envs, batch 8)", statistics.median(full),
              statistics.median(bare), ratio, "met" if ratio >= 0.9 else "missed"]]
-
-
-def fill_replay(replay, info, count, rng):
-    """Adds `count` transitions of Atari-like streams (each step shifts the stack by a frame)."""
-    frames = rng.integers(0, 256, size=(count + 8, 84, 84), dtype=np.uint8)
-    for start in range(0, count, 256):
-        idx = np.arange(start, min(start + 256, count))
-        obs = np.stack([frames[i:i + 4] for i in idx])
-        next_obs = np.stack([frames[i + 3:i + 7] for i in idx])
-        replay.add(dict(obs=obs, action=rng.integers(0, 6, len(idx)).astype(np.int32),
-                        reward=rng.normal(size=len(idx)).astype(np.float32),
-                        discount=np.full(len(idx), 0.97, np.float32), next_obs=next_obs),
-                   rng.uniform(size=len(idx)), np.zeros(len(idx), np.int64))
 
 
 def learner_part(seconds):
@@ -145,21 +118,16 @@ def learner_part(seconds):
 
 
 def cartpole_part():
-    from bench_impala import solve_cartpole
     return [solve_cartpole(ApexAgent, ApexConfig, "apex", seed) for seed in range(3)]
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="actor,learner,cartpole")
-    parser.add_argument("--seconds", type=float, default=20.0)
-    args = parser.parse_args()
-    parts = args.parts.split(",")
+    parts, seconds = timing.parse_parts(__doc__, "actor,learner,cartpole")
     rows = []
     if "actor" in parts:
-        rows += actor_part(args.seconds)
+        rows += actor_part(seconds)
     if "learner" in parts:
-        rows += learner_part(args.seconds)
+        rows += learner_part(seconds)
     if rows:
         timing.print_table(["path", "full", "bare", "ratio full/bare", "target >= 0.9"], rows)
     if "cartpole" in parts:

@@ -14,7 +14,6 @@
 """
 
 import _thread
-import argparse
 import dataclasses
 import statistics
 import threading
@@ -25,13 +24,15 @@ import timing  # noqa: F401  (puts the repository on sys.path)
 import numpy as np
 import ray
 
-from agents import ray_cluster
-from agents.apex.agent import ApexAgent, make_replay
+from agents.parallel import ray_cluster
+from agents.apex.agent import ApexAgent
+from agents.apex.builder import make_replay
 from agents.apex.config import ApexConfig
 from agents.apex.ray_backend import ReplayShard, ShardedReplay
-from agents.envs import actor_env_settings, env_info
-from agents.flags import config_from_flagfile
-from bench_apex import ATARI, fill_replay
+from agents.run.envs import actor_env_settings, env_info
+from agents.run.flags import config_from_flagfile
+from agent_parts import fill_replay
+from bench_apex import ATARI
 
 FREE = dict(samples_per_insert=0, eval_period=10**9, total_env_steps=10**12,
             checkpoint_replay=False, checkpoint_period_s=10**6, log_period_s=1.0,
@@ -131,17 +132,13 @@ def shards_part(seconds: float, total: int = 20_000, batch_size: int = 512) -> l
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="agent,shards")
-    parser.add_argument("--seconds", type=float, default=20.0)
-    args = parser.parse_args()
-    parts = args.parts.split(",")
+    parts, seconds = timing.parse_parts(__doc__, "agent,shards")
     if "agent" in parts:
         timing.print_table(["Ape-X, 2 actors", "ray", "threads", "ratio ray/threads"],
-                           agent_part(args.seconds))
+                           agent_part(seconds))
     if "shards" in parts:
         timing.print_table(["sample(512) + priorities, Pong, 20K transitions", "batches/s",
-                            "in-process batches/s", "ratio"], shards_part(args.seconds))
+                            "in-process batches/s", "ratio"], shards_part(seconds))
 
 
 if __name__ == "__main__":

@@ -22,13 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import sharding
+from agents.parallel import sharding
 from agents.apex import learner as apex_learner
-from agents.apex.agent import make_network as apex_network
+from agents.apex.builder import make_network as apex_network
 from agents.apex.config import ApexConfig
-from agents.envs import EnvInfo
+from agents.run.envs import EnvInfo
 from agents.impala import learner as impala_learner
-from agents.impala.agent import make_network as impala_network
+from agents.impala.builder import make_network as impala_network
 from agents.impala.config import ImpalaConfig
 
 PONG = EnvInfo(obs_shape=(4, 84, 84), obs_dtype=np.dtype(np.uint8), num_actions=6,

@@ -11,7 +11,6 @@
     python benchmarks/bench_impala.py [--parts actor,learner,cartpole] [--seconds 20]
 """
 
-import argparse
 import queue
 import statistics
 import threading
@@ -22,19 +21,19 @@ import timing  # noqa: F401  (puts the repository on sys.path)
 import jax
 import numpy as np
 
-from agents import sharding
+from agents.parallel import sharding
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.envs import actor_env_settings, env_info, make_env
-from agents.flags import config_from_flagfile
+from agents.run.envs import actor_env_settings, env_info, make_env
 from agents.impala.actor import ImpalaActor, make_policy
-from agents.impala.agent import ImpalaAgent, make_network
+from agents.impala.agent import ImpalaAgent
+from agents.impala.builder import make_network
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import init_state, make_optimizer, make_update
 from agents.impala.unroll import UnrollBuilder
-from agents.param_server import ParamServer
-from agents.stats import RunStats
-from bench_apex import bare_actor_fps
+from agents.run.param_server import ParamServer
+from agents.run.stats import RunStats
+from agent_parts import bare_actor_fps, solve_cartpole
 
 ATARI = ImpalaConfig(env="Pong-v5", num_actors=1, envs_per_actor=16, actor_batch_size=8,
                      torso="impala_shallow")
@@ -125,27 +124,13 @@ def learner_part(seconds):
     return rows
 
 
-def solve_cartpole(agent_cls, config_cls, name, seed):
-    config = config_from_flagfile(config_cls, f"experiments/configs/{name}_cartpole.cfg",
-                                  seed=seed, log_period_s=30,
-                                  run_dir=f"/tmp/bench_{name}_cartpole_{seed}")
-    summary = agent_cls(config, print_fn=lambda *a, **k: None).run()
-    print(f"{name} seed {seed}: solved={summary['solved']} wall {summary['wall_s']:.0f} s, "
-          f"env steps {summary['env_steps']:,}", flush=True)
-    return summary["solved"], summary["wall_s"], summary["env_steps"]
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="actor,learner,cartpole")
-    parser.add_argument("--seconds", type=float, default=20.0)
-    args = parser.parse_args()
-    parts = args.parts.split(",")
+    parts, seconds = timing.parse_parts(__doc__, "actor,learner,cartpole")
     if "actor" in parts:
         timing.print_table(["path", "full", "bare", "ratio full/bare", "target >= 0.9"],
-                           [actor_part(args.seconds)])
+                           [actor_part(seconds)])
     if "learner" in parts:
-        rows = learner_part(args.seconds)
+        rows = learner_part(seconds)
         timing.print_table(["torso", "norm", "ms/update", "learner frames/s (T x B / s)"],
                            rows)
     if "cartpole" in parts:

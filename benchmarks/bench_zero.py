@@ -28,8 +28,8 @@ def worker(num_devices: int, repeats: int) -> list[dict]:
     import optax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from agents import sharding
-    from agents.zero import ZeroOptimizer
+    from agents.parallel import sharding
+    from agents.parallel.zero import ZeroOptimizer
     from networks import make_torso
     from networks.heads import DuelingQHead, PolicyValueHead
 

@@ -55,3 +55,15 @@ def print_table(header: list[str], rows: list[list[object]]) -> None:
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in cells[1:]:
         print(fmt(row))
+
+
+def parse_parts(doc: str, parts: str, seconds: float = 20.0) -> tuple[list[str], float]:
+    """The benchmark's `--parts` (comma-separated, default `parts`) and `--seconds` (per
+    measurement) from the command line; `doc`'s first line is the help."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--parts", default=parts)
+    parser.add_argument("--seconds", type=float, default=seconds)
+    args = parser.parse_args()
+    return args.parts.split(","), args.seconds

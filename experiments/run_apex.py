@@ -12,7 +12,7 @@ from absl import app
 
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.launch import make_main
+from agents.run.launch import make_main
 
 main = make_main(ApexConfig, ApexAgent)
 

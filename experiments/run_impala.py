@@ -12,7 +12,7 @@ from absl import app
 
 from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
-from agents.launch import make_main
+from agents.run.launch import make_main
 
 main = make_main(ImpalaConfig, ImpalaAgent)
 

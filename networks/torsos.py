@@ -144,3 +144,23 @@ def make_torso(name: str, **kwargs) -> nn.Module:
     if name not in _TORSO_CLASSES:
         raise ValueError(f"make_torso: name must be one of {TORSOS}, got {name!r}.")
     return _TORSO_CLASSES[name](**kwargs)
+
+
+def torso_features(obs: jax.Array, name: str, kwargs: tuple[tuple[str, object], ...] = (),
+                   stack_axis_first: bool = False) -> jax.Array:
+    """Features `[..., F]` of the torso `name` for observations as the environment gives them.
+
+    Call it inside a parent module's `nn.compact` method: the torso becomes the parent's
+    submodule, named as if the parent had built it itself.
+
+    Args:
+      obs: observations `[..., *obs_shape]`; envpool's Atari stacks are `[..., 4, 84, 84]`.
+      name: a `TORSOS` name.
+      kwargs: the torso's attributes as `(name, value)` pairs (hashable, for a module field).
+      stack_axis_first: the frame stack is axis -3 (envpool's layout); it is moved last, as
+        the conv torsos want, here inside the jitted function, so actors and replay keep the
+        native layout and no host-side transpose is ever made.
+    """
+    if stack_axis_first:
+        obs = jnp.moveaxis(obs, -3, -1)  # [..., 4, H, W] -> [..., H, W, 4]
+    return make_torso(name, **dict(kwargs))(obs)

@@ -12,8 +12,8 @@ from typing import Any, Callable
 import numpy as np
 
 from agents.apex.nstep import NStepBuilder
-from agents.param_server import ParamServer
-from agents.stats import EpisodeReturns, RunStats
+from agents.run.param_server import ParamServer
+from agents.run.stats import EpisodeReturns, RunStats
 from replay.prioritized import PrioritizedReplay
 
 

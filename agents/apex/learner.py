@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agents import sharding
 from agents.apex.config import ApexConfig
 from agents.apex.losses import apex_loss, double_q_td_errors
-from agents.param_server import ParamServer
-from agents.zero import ZeroOptimizer, canonical_opt_state
+from agents.parallel import sharding
+from agents.parallel.zero import ZeroOptimizer, canonical_opt_state
+from agents.run.param_server import ParamServer
 from replay.prioritized import PrioritizedReplay, Sample
 
 
@@ -120,6 +120,10 @@ class ApexLearner:
         self.updates = int(state.steps)
         self.waits = dict(sample_s=0.0, batch_s=0.0)
         self.param_server.publish(state.params)
+
+    def threads(self) -> list[tuple[str, Any]]:
+        """The sampler and the learner thread."""
+        return [("prefetch", self.prefetch), ("learner", self.run)]
 
     def prefetch(self, stop: threading.Event) -> None:
         """Sampler thread: keeps the next batches ready while the device computes. The replay's

@@ -2,7 +2,6 @@
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 import networks
 
@@ -31,9 +30,8 @@ class QNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         """Returns Q-values `[..., A]` float32 for observations `[..., *obs_shape]`."""
-        if self.stack_axis_first:
-            obs = jnp.moveaxis(obs, -3, -1)  # [..., 4, H, W] -> [..., H, W, 4]
-        features = networks.make_torso(self.torso, **dict(self.torso_kwargs))(obs)
+        features = networks.torso_features(obs, self.torso, self.torso_kwargs,
+                                           self.stack_axis_first)
         if self.dueling:
             return networks.DuelingQHead(self.num_actions, self.head_hidden_sizes)(features)
         return networks.QHead(self.num_actions)(features)

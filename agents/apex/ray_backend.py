@@ -27,13 +27,13 @@ import numpy as np
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from agents import ray_cluster
-from agents.apex.agent import make_actor, make_network, make_replay
+from agents.apex.builder import make_actor, make_network, make_replay
 from agents.apex.config import ApexConfig
-from agents.envs import EnvInfo
-from agents.param_server import ParamServer
-from agents.seeds import run_seeds
-from agents.stats import RunStats
+from agents.parallel import ray_cluster
+from agents.run.envs import EnvInfo
+from agents.run.param_server import ParamServer
+from agents.run.seeds import run_seeds
+from agents.run.stats import RunStats
 from replay.prioritized import Sample
 
 POLL_S = 0.1  # the driver's cadence for worker health and parameter pushes
@@ -368,6 +368,13 @@ class RayBackend:
             ray.kill(worker)
         self.workers, self._runs = {}, {}
         self.replay.close()  # wakes a sample waiting on a shard's rate limiter
+
+    def release(self) -> None:
+        """Wakes a sample waiting on a shard's rate limiter: the run is stopping."""
+        self.replay.close()
+
+    def status(self) -> dict[str, float]:
+        return dict(replay_size=len(self.replay), actor_restarts=sum(self._restarts))
 
     def close(self) -> None:
         """Ends the shards (after the final checkpoint) and a cluster this run started."""

@@ -14,8 +14,8 @@ import jax
 import numpy as np
 
 from agents.impala.unroll import UnrollBuilder, Unrolls
-from agents.param_server import ParamServer
-from agents.stats import EpisodeReturns, RunStats
+from agents.run.param_server import ParamServer
+from agents.run.stats import EpisodeReturns, RunStats
 
 
 def make_policy(network: nn.Module) -> Callable:

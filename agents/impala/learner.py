@@ -15,14 +15,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from agents import sharding
 from agents.impala.config import ImpalaConfig
 from agents.impala.losses import impala_loss
 from agents.impala.unroll import Unrolls, stack_unrolls
-from agents.param_server import ParamServer
-from agents.zero import ZeroOptimizer, canonical_opt_state
+from agents.parallel import sharding
+from agents.parallel.zero import ZeroOptimizer, canonical_opt_state
+from agents.run.param_server import ParamServer
 
 
 class TrainingState(NamedTuple):
@@ -125,6 +126,10 @@ class ImpalaLearner:
         self.metrics: dict[str, Any] = {}
         self.lag = dict(policy_lag_mean=float("nan"), policy_lag_max=float("nan"))
         self.wait_s = 0.0
+
+    def threads(self) -> list[tuple[str, Any]]:
+        """One thread: dynamic batching and updates."""
+        return [("learner", self.run)]
 
     def _next_batch(self, stop: threading.Event) -> Unrolls | None:
         """Dynamic batching: this process's share of the next batch, whichever actors sent it."""

@@ -2,7 +2,6 @@
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 import networks
 
@@ -26,7 +25,6 @@ class PolicyValueNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Returns logits `[..., A]` and values `[...]` for observations `[..., *obs_shape]`."""
-        if self.stack_axis_first:
-            obs = jnp.moveaxis(obs, -3, -1)  # [..., 4, H, W] -> [..., H, W, 4]
-        features = networks.make_torso(self.torso, **dict(self.torso_kwargs))(obs)
+        features = networks.torso_features(obs, self.torso, self.torso_kwargs,
+                                           self.stack_axis_first)
         return networks.PolicyValueHead(self.num_actions)(features)

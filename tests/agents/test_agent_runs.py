@@ -11,14 +11,14 @@ import jax
 import numpy as np
 import pytest
 
-from agents.apex import agent as apex_agent
+from agents.apex import builder as apex_builder
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.flags import config_from_flagfile
-from agents.impala import actor as impala_actor
+from agents.impala import builder as impala_builder
 from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
-from agents.runner import WorkerError
+from agents.run.flags import config_from_flagfile
+from agents.run.runner import WorkerError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
@@ -40,9 +40,9 @@ class Kind:
         return os.path.join(ROOT, "experiments", f"run_{self.name}.py")
 
 
-APEX = Kind("apex", ApexAgent, ApexConfig, apex_agent.NStepBuilder,
+APEX = Kind("apex", ApexAgent, ApexConfig, apex_builder.NStepBuilder,
             dict(total_env_steps=4_000, min_replay_size=500))
-IMPALA = Kind("impala", ImpalaAgent, ImpalaConfig, impala_actor.UnrollBuilder,
+IMPALA = Kind("impala", ImpalaAgent, ImpalaConfig, impala_builder.UnrollBuilder,
               dict(total_env_steps=6_000))
 KINDS = [pytest.param(APEX, id="apex"), pytest.param(IMPALA, id="impala")]
 

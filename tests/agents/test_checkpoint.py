@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from agents import checkpoint
-from agents.checkpoint import CheckpointError, CheckpointMismatch
+from agents.run import checkpoint
+from agents.run.checkpoint import CheckpointError, CheckpointMismatch
 from replay.prioritized import PrioritizedReplay
 
 SPEC = {"x": ((64,), np.float32)}
@@ -125,7 +125,7 @@ def test_a_checkpoint_of_another_shape_is_a_mismatch_not_corruption(tmp_path):
 
 SAVER = """
 import sys, numpy as np
-from agents import checkpoint
+from agents.run import checkpoint
 from replay.prioritized import PrioritizedReplay
 replay = PrioritizedReplay(200_000, {"x": ((64,), np.float32)})
 replay.add({"x": np.ones((200_000, 64), np.float32)}, np.ones(200_000))

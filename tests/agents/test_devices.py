@@ -8,9 +8,9 @@ import pytest
 
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.flags import config_from_flagfile
 from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
+from agents.run.flags import config_from_flagfile
 
 SPLIT = dict(actor_devices=(0,), learner_devices=(1, 2, 3), log_period_s=0.5,
              eval_period=10**9)

@@ -1,11 +1,11 @@
-"""Tests for agents.envs: settings validation, envpool kwargs, spaces and an async loop."""
+"""Tests for agents.run.envs: settings validation, envpool kwargs, spaces and an async loop."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from agents.envs import EnvSettings, env_info, is_atari, make_env
+from agents.run.envs import EnvSettings, env_info, is_atari, make_env
 
 
 def test_cartpole_shapes_and_no_atari_kwargs():

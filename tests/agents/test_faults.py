@@ -19,16 +19,16 @@ import time
 import numpy as np
 import pytest
 
-from agents import checkpoint, run_folder
 from agents.apex import learner as apex_learner
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.flags import config_from_flagfile
 from agents.impala import learner as impala_learner
 from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
-from agents.run_folder import UsageError
-from agents.runner import WorkerError
+from agents.run import checkpoint, run_folder
+from agents.run.flags import config_from_flagfile
+from agents.run.run_folder import UsageError
+from agents.run.runner import WorkerError
 from replay.prioritized import PrioritizedReplay
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -227,7 +227,7 @@ def test_a_failed_final_save_exits_1(tmp_path, monkeypatch):
 
 SLOW_STOP = """
 import sys, time
-from agents import runner
+from agents.run import runner
 original = runner.ThreadRunner.stop
 def slow_stop(self, timeout=30.0):
     print("joining", flush=True)
@@ -320,9 +320,9 @@ def failing_after(n, original, message):
 THREADS = [
     ("apex learner", ApexAgent, apex_config, "learner", apex_learner, "sample_to_batch"),
     ("apex prefetch", ApexAgent, apex_config, "prefetch", PrioritizedReplay, "sample"),
-    ("apex evaluator", ApexAgent, apex_config, "evaluator", "agents.evaluation", "evaluate"),
+    ("apex evaluator", ApexAgent, apex_config, "evaluator", "agents.run.evaluation", "evaluate"),
     ("impala learner", ImpalaAgent, impala_config, "learner", impala_learner, "stack_unrolls"),
-    ("impala evaluator", ImpalaAgent, impala_config, "evaluator", "agents.evaluation",
+    ("impala evaluator", ImpalaAgent, impala_config, "evaluator", "agents.run.evaluation",
      "evaluate"),
 ]
 

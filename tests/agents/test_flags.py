@@ -7,8 +7,8 @@ import pytest
 from absl import flags
 
 from agents.apex.config import ApexConfig
-from agents.flags import config_from_flagfile, config_from_flags, define_flags
 from agents.impala.config import ImpalaConfig
+from agents.run.flags import config_from_flagfile, config_from_flags, define_flags
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "configs")
 

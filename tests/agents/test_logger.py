@@ -2,7 +2,7 @@
 
 import csv
 
-from agents.logger import MetricsLogger
+from agents.run.logger import MetricsLogger
 
 
 def read(path):

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from agents.seeds import RunSeeds, global_actor
+from agents.run.seeds import RunSeeds, global_actor
 
 LAYOUTS = [(1, 1, 1), (2, 8, 10), (2, 16, 8), (7, 3, 30), (180, 2, 10), (360, 1, 10)]
 

@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from agents import sharding
-from agents.zero import ZeroOptimizer
+from agents.parallel import sharding
+from agents.parallel.zero import ZeroOptimizer
 
 OPTIMIZERS = {
     "adam": lambda: optax.adam(1e-2),

@@ -1,6 +1,5 @@
 """What the Ray tests share: a test-local cluster's settings and a check for leftover processes."""
 
-import time
 
 import psutil
 

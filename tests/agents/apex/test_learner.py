@@ -6,10 +6,10 @@ import jax
 import numpy as np
 import pytest
 
-from agents import sharding
 from agents.apex.config import ApexConfig
 from agents.apex.learner import init_state, make_optimizer, make_update
 from agents.apex.network import QNetwork
+from agents.parallel import sharding
 
 CONFIG = ApexConfig(env="CartPole-v1", torso="mlp", mlp_hidden_sizes=(32, 32),
                     head_hidden_sizes=(), batch_size=16, min_replay_size=0,

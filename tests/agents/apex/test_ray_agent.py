@@ -6,11 +6,11 @@ import threading
 
 import pytest
 import ray
+from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
 
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.flags import config_from_flagfile
-from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
+from agents.run.flags import config_from_flagfile
 
 FLAGFILE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "experiments", "configs",
                         "apex_cartpole.cfg")
@@ -22,7 +22,7 @@ def kill_actor_worker(agent: ApexAgent, after_env_steps: int, done: threading.Ev
     while agent.stats.get("env_steps") < after_env_steps:
         if done.wait(0.2):
             return
-    pid = ray.get(agent.backend.workers[0].pid.remote())
+    pid = ray.get(agent.runtime.workers[0].pid.remote())
     killed_at.append(agent.stats.get("env_steps"))
     os.kill(pid, signal.SIGKILL)
 

@@ -8,16 +8,21 @@ import threading
 import numpy as np
 import pytest
 import ray
+from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
 from scipy import stats
 
-from agents import ray_cluster
-from agents.apex.agent import make_replay
+from agents.apex.builder import make_replay
 from agents.apex.config import ApexConfig
-from agents.apex.ray_backend import RayBackend, ReplayShard, ReplayShardLost, ShardedReplay
-from agents.envs import actor_env_settings, env_info
-from agents.param_server import ParamServer
-from agents.stats import RunStats
-from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
+from agents.apex.ray_backend import (
+    RayBackend,
+    ReplayShard,
+    ReplayShardLost,
+    ShardedReplay,
+)
+from agents.parallel import ray_cluster
+from agents.run.envs import actor_env_settings, env_info
+from agents.run.param_server import ParamServer
+from agents.run.stats import RunStats
 
 NUM = 40  # transitions, tagged 0..NUM-1 in obs[:, 0]
 CONFIG = ApexConfig(env="CartPole-v1", num_actors=2, envs_per_actor=2, actor_batch_size=1,

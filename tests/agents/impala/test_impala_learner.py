@@ -9,12 +9,12 @@ import jax
 import numpy as np
 import pytest
 
-from agents import sharding
 from agents.impala.actor import put_until_stopped, split_unrolls
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import init_state, make_optimizer, make_update
 from agents.impala.network import PolicyValueNetwork
 from agents.impala.unroll import Unrolls, stack_unrolls
+from agents.parallel import sharding
 
 T, A = 5, 3
 CONFIG = ImpalaConfig(env="CartPole-v1", torso="mlp", mlp_hidden_sizes=(16,), unroll_length=T,

@@ -7,7 +7,6 @@ import sys
 
 import jax
 import numpy as np
-
 import two_process_worker as worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

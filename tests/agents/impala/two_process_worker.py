@@ -35,9 +35,9 @@ def train(devices, rows=slice(None)):
     import jax
     from jax.flatten_util import ravel_pytree
 
-    from agents import sharding
     from agents.impala.learner import init_state, make_optimizer, make_update
     from agents.impala.network import PolicyValueNetwork
+    from agents.parallel import sharding
 
     cfg = config()
     network = PolicyValueNetwork(A, "mlp", (("hidden_sizes", (16,)),))
@@ -54,7 +54,7 @@ def train(devices, rows=slice(None)):
 
 if __name__ == "__main__":
     process_id, address, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    from agents import distributed
+    from agents.parallel import distributed
     distributed.initialize(2, process_id, address)
     import jax
     devices = distributed.global_learner_devices(())

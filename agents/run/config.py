@@ -1,7 +1,7 @@
 """Settings every agent shares: its actors' environments, budget, evaluation and run folder.
 
-`ApexConfig` and `ImpalaConfig` extend `RunConfig` with their algorithm's settings and may
-redeclare a field to change its default.
+`ApexConfig` and `ImpalaConfig` extend `RunConfig` with the groups of `config_groups` they
+use and their algorithm's settings, and may redeclare a field to change its default.
 """
 
 import dataclasses
@@ -88,9 +88,9 @@ class RunConfig:
     actor_devices: tuple[int, ...] = ()
     zero_stage: int = 0
 
-    # Fields a resumed run may change (`agents.run_folder`): budgets, periods, logging, placement
-    # and step sizes. Any other field shapes the parameters, the optimizer state or the replay,
-    # or defines the task, and must keep the value the checkpoint was made with.
+    # Fields a resumed run may change (`agents.run.run_folder`): budgets, periods, logging,
+    # placement and step sizes. Any other field shapes the parameters, the optimizer state or
+    # the replay, or defines the task, and must keep the value the checkpoint was made with.
     RESUME_MAY_CHANGE: ClassVar[frozenset[str]] = frozenset({
         "num_actors", "envs_per_actor", "actor_batch_size", "noop_max",
         "repeat_action_probability", "max_episode_frames", "max_episode_steps", "seed",
@@ -117,23 +117,12 @@ class RunConfig:
                 f"actor_batch_size ({self.actor_batch_size}) must be < envs_per_actor "
                 f"({self.envs_per_actor}) so envpool steps other envs while an actor acts")
 
-    def check_network(self) -> None:
-        """Raises a ValueError for torso settings that cannot build (a num_groups that misses a
-        conv width) or would be ignored (a norm on the mlp torso). Needs torso, norm and
-        num_groups, which every agent's config declares."""
-        import networks  # here: the flax modules' own checks, no parameters built
-
-        if self.torso == "mlp":
-            if self.norm != "none":
-                raise ValueError(f"norm={self.norm!r} applies to the conv torsos; torso=mlp has "
-                                 "no normalization (use norm=none)")
-            return
-        networks.make_torso(self.torso, norm=self.norm, num_groups=self.num_groups)
-
     def check_host(self) -> None:
         """Raises a ValueError naming the flag for what depends on this host, not on the values
         alone: the env id must be one envpool has, the device indices must exist."""
-        from agents.envs import actor_env_settings  # here: envpool is imported where used
+        from agents.run.envs import (
+            actor_env_settings,  # here: envpool is imported where used
+        )
 
         actor_env_settings(self, 0)
         self.devices()

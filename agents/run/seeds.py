@@ -2,8 +2,9 @@
 
 Each role draws from its own child of `np.random.SeedSequence(seed)`, addressed by a spawn key
 `(role, index, restart)`: the network's initialization, each actor's exploration or action
-sampling (fresh at each restart), each replay shard's sampler, the split of batches over shards. Distinct spawn keys give independent 128-bit streams, so
-no two roles share one whatever the actor, shard and restart counts.
+sampling (fresh at each restart), each replay shard's sampler, the split of batches over
+shards. Distinct spawn keys give independent 128-bit streams, so no two roles share one
+whatever the actor, shard and restart counts.
 
 envpool seeds env i of a pool with `base + i` (int32), so env seeds are handed out as disjoint
 blocks above one base drawn from the sequence: first the evaluation envs, then every actor's

@@ -7,7 +7,7 @@ Every way a run can end is an exit status with a message, never an abort:
        not fit the config); or a failure in any thread, printed with that thread's traceback;
        or a final checkpoint that could not be written;
   2    unknown flags or stray arguments (absl's usage error);
-  130  stopped by Ctrl-C or SIGTERM, with a final checkpoint (`agents.interrupts`).
+  130  stopped by Ctrl-C or SIGTERM, with a final checkpoint (`agents.run.interrupts`).
 """
 
 import os
@@ -16,11 +16,11 @@ import threading
 import traceback
 from typing import Callable
 
-from agents import distributed
-from agents.checkpoint import CheckpointError, CheckpointMismatch
-from agents.flags import config_from_flags, define_flags
-from agents.interrupts import GUARD
-from agents.run_folder import UsageError
+from agents.run.checkpoint import CheckpointError, CheckpointMismatch
+from agents.run.config_groups import MultiProcessConfig
+from agents.run.flags import config_from_flags, define_flags
+from agents.run.interrupts import GUARD
+from agents.run.run_folder import UsageError
 
 # What a user can cause and fix; anything else is a bug and keeps its traceback.
 _USAGE_ERRORS = (UsageError, CheckpointError, CheckpointMismatch)
@@ -49,9 +49,8 @@ def make_main(config_cls: type, agent_cls: type) -> Callable[[list[str]], int]:
         except ValueError as e:
             print(f"error: invalid flag value: {e}", file=sys.stderr)
             _exit(1)
-        if getattr(config, "num_processes", 1) > 1:  # before anything else touches JAX
-            distributed.initialize(config.num_processes, config.process_id,
-                                   config.coordinator_address)
+        if isinstance(config, MultiProcessConfig):  # before anything else touches JAX
+            config.initialize_processes()
         GUARD.install()
         try:
             config.check_host()

@@ -22,7 +22,7 @@ import os
 import tempfile
 from typing import Any, Callable
 
-from agents import checkpoint
+from agents.run import checkpoint
 
 
 class UsageError(ValueError):

@@ -11,12 +11,12 @@ import os
 import time
 from typing import Any, Callable
 
-from agents import checkpoint
-from agents.evaluation import Evaluator
-from agents.interrupts import GUARD
-from agents.logger import MetricsLogger, plot_learning_curve
-from agents.runner import ThreadRunner
-from agents.stats import RunStats
+from agents.run import checkpoint
+from agents.run.evaluation import Evaluator
+from agents.run.interrupts import GUARD
+from agents.run.logger import MetricsLogger, plot_learning_curve
+from agents.run.runner import ThreadRunner
+from agents.run.stats import RunStats
 
 
 class Driver:

@@ -4,7 +4,8 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 BATCH_AXIS = "batch"
 

@@ -14,7 +14,7 @@ cases; in stage 0 the state of the whole vector is replicated.
 Global-norm clipping needs the norm of the whole gradient, so it is done here, not inside the
 wrapped optimizer.
 
-Use inside `jax.shard_map` over `axis` (see `agents.sharding.data_parallel`):
+Use inside `jax.shard_map` over `axis` (see `agents.parallel.sharding.data_parallel`):
 
     zero = ZeroOptimizer(optax.adam(1e-3), params, num_devices=4, stage=2, max_grad_norm=40.0)
     opt_state = zero.init(params)                  # global arrays, spec `zero.state_spec`
@@ -31,7 +31,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec as P
 
-from agents.sharding import BATCH_AXIS, local_copy, put_global
+from agents.parallel.sharding import BATCH_AXIS, local_copy, put_global
 
 STAGES = (0, 1, 2)
 

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
-from agents.sharding import local_copy
+from agents.parallel.sharding import local_copy
 
 
 class ParamServer:

@@ -1,0 +1,49 @@
+"""What an IMPALA run is built of: its network, unroll builders, queue and actors.
+
+Espeholt et al. 2018 (arXiv:1802.01561). The threaded runtime (`agents.run.actor_threads`) runs
+the actors built here.
+"""
+
+import queue
+from typing import Callable
+
+from agents.impala.actor import ImpalaActor
+from agents.impala.config import ImpalaConfig
+from agents.impala.network import PolicyValueNetwork
+from agents.impala.unroll import UnrollBuilder
+from agents.run.envs import EnvInfo, actor_env_settings, make_env
+from agents.run.param_server import ParamServer
+from agents.run.seeds import global_actor, run_seeds
+from agents.run.stats import RunStats
+
+
+def make_network(config: ImpalaConfig, info: EnvInfo) -> PolicyValueNetwork:
+    """The policy-value network for `info`'s observations and actions."""
+    return PolicyValueNetwork(info.num_actions, config.torso,
+                              tuple(config.torso_kwargs().items()),
+                              stack_axis_first=info.channels_first)
+
+
+def make_unroll_builder(config: ImpalaConfig, info: EnvInfo, num_envs: int,
+                        check_inputs: bool = True) -> UnrollBuilder:
+    return UnrollBuilder(num_envs, config.unroll_length, config.discount, info.obs_shape,
+                         info.obs_dtype, info.num_actions, check_inputs=check_inputs)
+
+
+def make_queue(config: ImpalaConfig) -> queue.Queue:
+    """The bounded actor-to-learner queue of single unrolls (backpressure)."""
+    return queue.Queue(maxsize=config.queue_size)
+
+
+def make_actors(config: ImpalaConfig, info: EnvInfo, policy: Callable, unrolls: queue.Queue,
+                param_server: ParamServer, stats: RunStats) -> list[ImpalaActor]:
+    """This process's actors; with several processes their envs and keys are the run-wide
+    actors' (`agents.run.seeds.global_actor`)."""
+    seeds = run_seeds(config)
+    first = global_actor(config.process_id, config.num_actors, 0)
+    # Envpool and the jitted policy produce well-formed arrays: no per-step argument checks.
+    return [ImpalaActor(
+        i, lambda s=actor_env_settings(config, first + i): make_env(s), policy,
+        make_unroll_builder(config, info, config.envs_per_actor, check_inputs=False), unrolls,
+        param_server, stats, seed=seeds.exploration_key(first + i), device_index=i)
+        for i in range(config.num_actors)]

@@ -1,0 +1,2 @@
+"""Spreading a job over devices and hosts: the data-parallel mesh, ZeRO, jax.distributed
+across processes, and the Ray cluster."""

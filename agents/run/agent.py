@@ -1,0 +1,144 @@
+"""The run sequence every agent shares, written once; each agent supplies its parts.
+
+Construction, in this order (anything that fails here fails before any thread starts):
+  1. the run folder (`run_folder.prepare_run_folder`): usable, and the checkpoint to resume;
+  2. the environment's spaces, the network and the runtime (where actors and replay run:
+     threads, or a Ray cluster, started before JAX's threads);
+  3. the learner devices' mesh, fresh or restored training state and counters, the ParamServer
+     and the learner.
+`run()` then starts the learner's threads, the actors (through the runtime) and the evaluator
+under one `ThreadRunner`, and the main thread watches them (`Driver`) until a stop condition.
+
+An agent subclasses `Agent` and supplies `make_network`, `make_runtime`, `init_state`,
+`make_learner` and `eval_scores` (see `agents.run.interfaces` for what each part must offer).
+"""
+
+import functools
+import os
+from typing import Any, Callable, ClassVar
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from agents.parallel import sharding
+from agents.run import checkpoint, run_folder
+from agents.run.driver import Driver
+from agents.run.envs import actor_env_settings, env_info, eval_env_settings, make_env
+from agents.run.evaluation import Evaluator
+from agents.run.interfaces import Learner, Runtime
+from agents.run.param_server import ParamServer
+from agents.run.runner import ThreadRunner
+from agents.run.seeds import run_seeds
+from agents.run.stats import RunStats
+
+
+class Agent:
+    """Everything of one run; `run()` trains until a stop condition and returns a summary.
+
+    Args:
+      config: the run's settings (a `RunConfig` with the agent's groups and fields).
+      print_fn: where progress lines and notes go.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, config: Any, print_fn: Callable = functools.partial(print, flush=True)):
+        self.config, self.print = config, print_fn
+        self.chief = jax.process_index() == 0
+        self.resumed_from = run_folder.prepare_run_folder(config, print_fn, chief=self.chief)
+        self.info = env_info(actor_env_settings(config, 0))
+        self.network = self.make_network()
+        self.runtime: Runtime = self.make_runtime()
+        try:
+            self._build_learner()
+        except BaseException:
+            self.runtime.close()
+            raise
+
+    # The parts each agent supplies.
+
+    def make_network(self) -> nn.Module:
+        raise NotImplementedError
+
+    def make_runtime(self) -> Runtime:
+        raise NotImplementedError
+
+    def init_state(self, key: jax.Array) -> Any:
+        """Fresh training state (with `steps`) for observations shaped like `self.info`'s."""
+        raise NotImplementedError
+
+    def make_learner(self, state: Any) -> Learner:
+        raise NotImplementedError
+
+    def eval_scores(self) -> Callable:
+        """Jitted `(params, obs [B, ...]) -> scores [B, A]` whose argmax is the greedy action."""
+        raise NotImplementedError
+
+    # What an agent may refine.
+
+    def learner_devices(self) -> list:
+        return self.config.devices()[0]
+
+    def checkpointed_replay(self) -> Any:
+        """What checkpoints hold besides the learner state (Ape-X: its replay), or None."""
+        return None
+
+    def status(self) -> dict[str, float]:
+        return self.runtime.status()
+
+    def env_step_budget(self) -> int:
+        return self.config.total_env_steps
+
+    # The sequence itself.
+
+    def _build_learner(self) -> None:
+        config = self.config
+        self.mesh = sharding.learner_mesh(self.learner_devices())
+        self.stats = RunStats()
+        self.checkpoint_dir = os.path.join(config.run_dir, "checkpoints")
+        state = self.init_state(jax.random.PRNGKey(run_seeds(config).network()))
+        if self.resumed_from:
+            state = checkpoint.resume_run(self.resumed_from, state, self.stats,
+                                          self.checkpointed_replay())
+        self.param_server = ParamServer(config.devices()[1])
+        self.learner = self.make_learner(state)
+
+    def sample_obs(self) -> np.ndarray:
+        """One observation of zeros `[*obs_shape]`, for initializing parameters."""
+        return np.zeros(self.info.obs_shape, self.info.obs_dtype)
+
+    def save(self) -> str:
+        """Checkpoints learner state, optimizer state, counters (and the agent's replay)."""
+        return checkpoint.save_run(self.checkpoint_dir, self.learner.host_state(), self.stats,
+                                   self.config, self.checkpointed_replay())
+
+    def run(self) -> dict:
+        """Trains until the budget, the solved line, Ctrl-C or a failure of any thread (or
+        remote actor); returns the run's summary."""
+        config = self.config
+        evaluator = Evaluator(lambda s=eval_env_settings(config): make_env(s), self.eval_scores(),
+                              self.param_server, lambda: self.learner.updates,
+                              lambda: self.stats.get("env_steps"), config.eval_period,
+                              config.solved_return)
+        runner = ThreadRunner()
+        runner.on_stop(self.runtime.release)  # wakes adds and samples waiting on the replay
+        for name, target in self.learner.threads():
+            runner.start(name, target)
+        runner.start("actors", functools.partial(self.runtime.run_actors, self.param_server,
+                                                 self.stats))
+        if self.chief:
+            runner.start("evaluator", evaluator.run)
+        if self.resumed_from:
+            self.print(f"resumed from {self.resumed_from}")
+        driver = Driver(self.name, config, self.stats, self.learner, evaluator, self.save,
+                        self.status, self.print, chief=self.chief,
+                        env_step_budget=self.env_step_budget())
+        try:
+            return driver.run(runner)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stops what the runtime started beyond this process."""
+        self.runtime.close()
