@@ -29,6 +29,10 @@ import flax.serialization
 import jax
 
 MANIFEST = "manifest.json"
+# Written into every meta.json: a checkpoint that has it must have its manifest too. One
+# without it was saved before checkpoints had manifests (complete by construction then: the
+# folder was renamed into place when written) and is accepted unverified.
+FORMAT = 2
 _NAME = re.compile(r"^step_(\d+)$")
 _PARTIAL = re.compile(r"^step_\d+\.tmp$")
 _REPLACED = re.compile(r"^(step_\d+)\.old$")
@@ -72,6 +76,9 @@ def verify(path: str, checksums: bool = True) -> dict:
         with open(os.path.join(path, MANIFEST)) as f:
             files = json.load(f)["files"]
     except FileNotFoundError:
+        if _is_legacy(path):
+            return {name: dict(bytes=os.path.getsize(os.path.join(path, name)))
+                    for name in sorted(os.listdir(path))}
         raise CheckpointError(f"{path}: {MANIFEST} is missing (the save did not finish)") from None
     except (ValueError, KeyError, TypeError, OSError) as e:
         raise CheckpointError(f"{path}: {MANIFEST} is unreadable ({e})") from None
@@ -86,6 +93,17 @@ def verify(path: str, checksums: bool = True) -> dict:
         if checksums and _sha256(file) != entry["sha256"]:
             raise CheckpointError(f"{path}: {name} does not match its checksum (corrupt)")
     return files
+
+
+def _is_legacy(path: str) -> bool:
+    """A checkpoint saved before manifests existed: a readable meta.json without `format`."""
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return (isinstance(meta, dict) and "format" not in meta
+            and os.path.isfile(os.path.join(path, "learner.msgpack")))
 
 
 def is_complete(path: str, checksums: bool = False) -> bool:
@@ -114,7 +132,7 @@ def save_checkpoint(directory: str, step: int, learner_state: Any, meta: dict,
         with open(os.path.join(tmp, "learner.msgpack"), "wb") as f:
             f.write(flax.serialization.to_bytes(jax.device_get(learner_state)))
         with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=2, sort_keys=True)
+            json.dump(dict(meta, format=FORMAT), f, indent=2, sort_keys=True)
         if replay is not None:
             replay.save(os.path.join(tmp, "replay.npz"))
         _write_manifest(tmp)
@@ -192,6 +210,9 @@ def find_resumable(directory: str, print_fn: Callable = print,
                 shutil.rmtree(path + ".corrupt", ignore_errors=True)
                 os.rename(path, path + ".corrupt")
             continue
+        if not os.path.exists(os.path.join(path, MANIFEST)):
+            print_fn(f"checkpoint {os.path.basename(path)} was saved before checkpoints had "
+                     "manifests: resuming from it unverified")
         return path
     return None
 

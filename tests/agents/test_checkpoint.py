@@ -40,7 +40,7 @@ def test_a_checkpoint_has_a_manifest_of_every_file_written_last(tmp_path):
         assert entry["bytes"] == os.path.getsize(os.path.join(path, name))
     state, meta = checkpoint.restore_checkpoint(path, STATE, replay := replay_with(1))
     np.testing.assert_array_equal(state["w"], STATE["w"])
-    assert meta == dict(updates=1) and len(replay) == 3
+    assert meta == dict(updates=1, format=checkpoint.FORMAT) and len(replay) == 3
 
 
 DAMAGE = {
@@ -70,6 +70,24 @@ def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_it_resumes(case
     assert len(replay) == 3  # the older checkpoint's replay, not an empty one
     with pytest.raises(CheckpointError, match=name.replace(".", r"\.")):
         checkpoint.verify(newer + ".corrupt")
+
+
+def test_a_checkpoint_saved_before_manifests_existed_still_resumes(tmp_path):
+    """Folders written by earlier versions (renamed into place when complete, no manifest, no
+    format in meta.json) resume unverified, with a note; they are not moved aside."""
+    older = save(tmp_path, 1, replay_with(3))
+    legacy = save(tmp_path, 2, replay_with(5))
+    os.remove(os.path.join(legacy, "manifest.json"))
+    meta_path = os.path.join(legacy, "meta.json")
+    meta = json.load(open(meta_path))
+    del meta["format"]
+    json.dump(meta, open(meta_path, "w"))
+    printed = []
+    assert checkpoint.find_resumable(str(tmp_path), printed.append) == legacy
+    assert "before checkpoints had manifests" in printed[0]
+    replay = replay_with(1)
+    checkpoint.restore_checkpoint(legacy, STATE, replay, verified=True)
+    assert len(replay) == 5 and os.path.isdir(older)
 
 
 def test_the_only_complete_checkpoint_is_never_pruned(tmp_path):
