@@ -1,8 +1,8 @@
-"""Whole runs of both agents: failures, Ctrl-C, resume, flags, and learning CartPole."""
+"""Whole runs of both agents: failures, resume, flags, and learning CartPole (Ctrl-C and the
+other faults: test_faults.py)."""
 
 import dataclasses
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -112,29 +112,6 @@ def test_invalid_flags_fail_fast_before_anything_starts(kind, flag, message, tmp
     assert message in result.stderr
     assert not (tmp_path / "run").exists()
     assert time.monotonic() - start < 30
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_ctrl_c_stops_cleanly_and_writes_a_checkpoint(kind, tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, kind.launcher, f"--flagfile={kind.flagfile}", f"--run_dir={tmp_path}",
-         "--total_env_steps=100000000", "--log_period_s=0.5", "--solved_return=inf"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = []
-    try:
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith(f"[{kind.name}") and " 0 (" not in line.split("|")[1]:
-                break
-        proc.send_signal(signal.SIGINT)
-        seen.append(proc.communicate(timeout=60)[0])
-    finally:
-        proc.kill()
-    out = "".join(seen)
-    assert proc.returncode == 130, out
-    assert "interrupted" in out
-    checkpoints = os.listdir(tmp_path / "checkpoints")
-    assert checkpoints and not any(c.endswith(".tmp") for c in checkpoints)
 
 
 @pytest.mark.slow

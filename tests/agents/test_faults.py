@@ -198,8 +198,8 @@ def test_a_full_disk_during_a_periodic_save_is_reported_and_handled(policy, tmp_
 
     monkeypatch.setattr(PrioritizedReplay, "save", full_once)
     printed = []
-    summary = ApexAgent(apex_config(tmp_path, checkpoint_period_s=0.5, checkpoint_failure=policy,
-                                    total_env_steps=60_000),
+    summary = ApexAgent(apex_config(tmp_path, checkpoint_period_s=0.3, checkpoint_failure=policy,
+                                    total_env_steps=15_000),
                         print_fn=printed.append).run()
     failure = [p for p in printed if "periodic checkpoint failed" in p]
     assert len(failure) == 1 and "No space left on device" in failure[0]
@@ -207,7 +207,7 @@ def test_a_full_disk_during_a_periodic_save_is_reported_and_handled(policy, tmp_
         assert "retrying" in failure[0] and len(calls) > 2  # later periodic saves went on
     else:
         assert "stopping: checkpoint_failure=stop" in printed and len(calls) == 2
-        assert summary["env_steps"] < 60_000
+        assert summary["env_steps"] < 15_000
     assert checkpoint.is_complete(summary["checkpoint"], checksums=True)
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".tmp")]
 
@@ -240,7 +240,7 @@ runpy.run_path("experiments/run_{agent}.py", run_name="__main__")
 
 
 @pytest.mark.parametrize("agent", ["apex", "impala"])
-def test_signals_during_shutdown_do_not_interrupt_it(agent, tmp_path):
+def test_ctrl_c_stops_with_a_checkpoint_and_later_signals_do_not_interrupt_it(agent, tmp_path):
     cfg = APEX_CFG if agent == "apex" else IMPALA_CFG
     proc = subprocess.Popen(
         [sys.executable, "-c", SLOW_STOP.format(agent=agent), f"--flagfile={cfg}",
@@ -264,7 +264,9 @@ def test_signals_during_shutdown_do_not_interrupt_it(agent, tmp_path):
         proc.kill()
     out = "".join(seen)
     assert proc.returncode == 130, out
+    assert "interrupted (SIGINT): stopping threads and writing a checkpoint" in out, out
     assert out.count("already stopping") == 3 and "Fatal Python error" not in out, out
+    assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".tmp")]
     assert checkpoint.find_resumable(str(tmp_path / "checkpoints"), print) is not None
 
 
