@@ -31,7 +31,8 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
       pg_rho_bar: clip of the importance weights in the policy gradient.
       lambda_: V-trace lambda.
       optimizer: rmsprop (the paper) or adam.
-      learning_rate: initial step size, annealed linearly to 0 over total_env_steps.
+      learning_rate: initial step size, annealed linearly to 0 over total_env_steps (agent
+        steps; on Atari each is 4 frames, so the paper's 200M frames are 50M steps).
       publish_period: learner updates between parameter publishes to the actors.
       torso: mlp (vectors), impala_shallow or impala_resnet (frames), nature.
     """
@@ -51,7 +52,7 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
     publish_period: int = 1
     torso: str = "impala_resnet"
     mlp_hidden_sizes: tuple[int, ...] = (64, 64)
-    total_env_steps: int = 200_000_000
+    total_env_steps: int = 50_000_000  # agent steps: the paper's 200M frames at frame skip 4
     eval_period: int = 1_000
     run_dir: str = "runs/impala"
 

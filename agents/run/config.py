@@ -44,7 +44,8 @@ class RunConfig:
       max_episode_frames: Atari: episode cap in emulator frames (108K = 30 minutes).
       max_episode_steps: classic control: episode cap in steps; 0 keeps the env's own.
       seed: seed of everything random.
-      total_env_steps: stop after this many agent steps over all envs.
+      total_env_steps: stop after this many agent steps over all envs (on Atari each agent
+        step is 4 emulator frames, the unit the papers count in).
       eval_period: learner updates between greedy evaluations.
       eval_episodes: episodes per evaluation (one per env of a separate envpool).
       solved_return: stop once an evaluation's mean return reaches this (inf: never).
