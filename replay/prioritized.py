@@ -257,8 +257,8 @@ class PrioritizedReplay:
         if ids.size and ids.dtype.kind not in "iu":
             raise ValueError(f"ids must be integers (from Sample.ids), got dtype {ids.dtype}")
         ids = ids.astype(np.int64)
+        # The sum tree checks `scaled` before it writes; nothing else changes before it does.
         scaled = self._scaled(_check_priorities(priorities, len(ids)))
-        self._tree.check_priorities(scaled)
         with self._lock:
             if np.any((ids < 0) | (ids >= self._next_id)):
                 raise ValueError("ids must come from this replay's add or sample")

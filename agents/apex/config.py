@@ -68,7 +68,6 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
     loss: str = "squared"
     huber_delta: float = 1.0
     publish_period: int = 1
-    torso: str = "nature"
     dueling: bool = True
     head_hidden_sizes: tuple[int, ...] = (512,)
     checkpoint_replay: bool = True

@@ -8,6 +8,8 @@ import dataclasses
 import math
 from typing import ClassVar
 
+from agents.run.envs import actor_env_settings
+
 CHECKPOINT_FAILURES = ("retry", "stop")
 
 
@@ -121,10 +123,6 @@ class RunConfig:
     def check_host(self) -> None:
         """Raises a ValueError naming the flag for what depends on this host, not on the values
         alone: the env id must be one envpool has, the device indices must exist."""
-        from agents.run.envs import (
-            actor_env_settings,  # here: envpool is imported where used
-        )
-
         actor_env_settings(self, 0)
         self.devices()
 

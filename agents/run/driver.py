@@ -26,7 +26,7 @@ class Driver:
       name: short agent name for the progress line.
       config: the run's config (run_dir, log_period_s, checkpoint_period_s, total_env_steps).
       stats: shared counters; `env_steps` drives the budget.
-      learner: has `.updates` and `.host_metrics()`.
+      learner: the `agents.run.interfaces.Learner` (its `updates` and `host_metrics()`).
       evaluator: the run's evaluator (its results are logged; its `solved` ends the run).
       save: writes a checkpoint and returns its path.
       status: extra values for the metrics row and the progress line, e.g. replay size.
@@ -61,8 +61,6 @@ class Driver:
         try:
             while not runner.wait(config.log_period_s):
                 last = self._report(logger, start, last)
-                if self.stats.get("env_steps") >= self.budget:
-                    break
                 if time.monotonic() - last_checkpoint >= config.checkpoint_period_s:
                     last_checkpoint = time.monotonic()
                     if not self._save("periodic") and config.checkpoint_failure == "stop":

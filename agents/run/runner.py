@@ -25,6 +25,10 @@ class StopEvent(threading.Event):
         self._callbacks: list[Callable[[], None]] = []
         self._fired = threading.Lock()
 
+    def on_set(self, callback: Callable[[], None]) -> None:
+        """Calls `callback()` (quick, thread-safe) when the event is first set."""
+        self._callbacks.append(callback)
+
     def set(self) -> None:
         super().set()
         if self._fired.acquire(blocking=False):  # once, however many threads set it
@@ -42,7 +46,7 @@ class ThreadRunner:
 
     def on_stop(self, callback: Callable[[], None]) -> None:
         """Calls `callback()` (quick, thread-safe) as soon as the run is asked to stop."""
-        self.stop_event._callbacks.append(callback)
+        self.stop_event.on_set(callback)
 
     def start(self, name: str, target: Callable[[threading.Event], None]) -> None:
         def run():
