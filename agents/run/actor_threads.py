@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from agents.run.interfaces import Actor
 from agents.run.param_server import ParamServer
-from agents.run.runner import ThreadRunner
+from agents.run.runner import StopEvent, ThreadRunner
 from agents.run.stats import RunStats
 
 POLL_S = 0.1  # how soon a stop request or an actor failure is noticed
@@ -33,6 +33,8 @@ class ActorThreads:
         """Runs each actor in a thread `actor-<id>` until `stop`; re-raises the first actor
         failure (with its traceback) after stopping the others."""
         actors = ThreadRunner()
+        if isinstance(stop, StopEvent):  # actors stop at the step that sets it (the budget)
+            stop.on_set(actors.stop_event.set)
         for actor in self._make_actors(param_server, stats):
             actors.start(f"actor-{actor.actor_id}", actor.run)
         try:

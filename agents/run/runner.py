@@ -26,8 +26,11 @@ class StopEvent(threading.Event):
         self._fired = threading.Lock()
 
     def on_set(self, callback: Callable[[], None]) -> None:
-        """Calls `callback()` (quick, thread-safe) when the event is first set."""
+        """Calls `callback()` (quick, thread-safe) when the event is first set, or now if it
+        already is."""
         self._callbacks.append(callback)
+        if self.is_set():  # set before (or while) the callback was added: calling twice is safe
+            callback()
 
     def set(self) -> None:
         super().set()

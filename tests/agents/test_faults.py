@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -28,7 +29,9 @@ from agents.impala.config import ImpalaConfig
 from agents.run import checkpoint, run_folder
 from agents.run.flags import config_from_flagfile
 from agents.run.run_folder import UsageError
-from agents.run.runner import WorkerError
+from agents.run.actor_threads import ActorThreads
+from agents.run.runner import StopEvent, WorkerError
+from agents.run.stats import RunStats
 from replay.prioritized import PrioritizedReplay
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -303,6 +306,40 @@ def test_the_env_step_budget_holds_within_one_step_of_each_actor(make_config, ag
         tmp_path, total_env_steps=1_000, log_period_s=10.0)
     summary = agent_cls(config).run()
     assert 1_000 <= summary["env_steps"] <= 1_000 + config.num_actors * config.actor_batch_size
+
+
+def test_actor_threads_stop_at_the_step_that_spends_the_budget():
+    """The budget's event reaches the actor threads from the step that spends it, not when the
+    runtime's thread next gets the GIL: every actor that sees the budget spent is stopped."""
+    stats, stop = RunStats(), StopEvent()
+    stats.stop_at("env_steps", 100, stop)
+    stopped_when_spent = []
+
+    class CountingActor:
+        def __init__(self, actor_id):
+            self.actor_id = actor_id
+
+        def run(self, actor_stop):
+            while not actor_stop.is_set():
+                stats.add(env_steps=1)
+                if stats.get("env_steps") >= 100:
+                    stopped_when_spent.append(actor_stop.is_set())
+                    return
+
+    runtime = ActorThreads(None, lambda _server, _stats: [CountingActor(i) for i in range(2)])
+    thread = threading.Thread(target=runtime.run_actors, args=(None, stats, stop))
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert stopped_when_spent and all(stopped_when_spent)
+    assert 100 <= stats.get("env_steps") <= 100 + 1
+
+
+def test_a_stop_event_calls_a_callback_added_after_it_was_set():
+    stop, calls = StopEvent(), []
+    stop.set()
+    stop.on_set(lambda: calls.append(1))
+    assert calls == [1]
 
 
 # ------------------------------------------------------------------------ thread failures
