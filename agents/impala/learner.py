@@ -25,6 +25,9 @@ from agents.parallel import sharding
 from agents.parallel.zero import ZeroOptimizer, canonical_opt_state
 from agents.run.param_server import ParamServer
 
+# The loss's terms (sums over steps in `impala_loss`); its other metrics are per-step means.
+LOSS_TERMS = ("loss", "pg_loss", "baseline_loss", "entropy_loss")
+
 
 class TrainingState(NamedTuple):
     params: Any
@@ -77,17 +80,22 @@ def make_update(network: nn.Module, config: ImpalaConfig, mesh: jax.sharding.Mes
             clip_rho_threshold=config.rho_bar, clip_c_threshold=config.c_bar,
             clip_pg_rho_threshold=config.pg_rho_bar, reduction="sum")
         # The reduction is over the whole batch, not each device's shard: a sum needs no
-        # normalizer, a mean divides by the real steps of all shards together.
-        if config.reduction == "mean":
-            loss = loss / jnp.maximum(
-                jax.lax.psum(jnp.sum(time_major["masks"]), sharding.BATCH_AXIS), 1.0)
-        return loss, metrics
+        # normalizer, a mean divides by the real steps of all shards together. The logged
+        # loss terms are the whole batch's, with the run's reduction.
+        # The per-step means are weighted by each shard's real steps.
+        steps = jnp.sum(time_major["masks"])  # [] this shard's real steps
+        all_steps = jnp.maximum(jax.lax.psum(steps, sharding.BATCH_AXIS), 1.0)  # []
+        scale = 1.0 / all_steps if config.reduction == "mean" else 1.0
+        metrics = {k: jax.lax.psum(v if k in LOSS_TERMS else v * steps, sharding.BATCH_AXIS)
+                   * (scale if k in LOSS_TERMS else 1.0 / all_steps)
+                   for k, v in metrics.items()}
+        return loss * scale, metrics
 
     def update(state: TrainingState, batch):
         grads, metrics = jax.grad(loss_fn, has_aux=True)(
             sharding.per_device(state.params), batch)
         params, opt_state, grad_norm = zero.step(state.params, grads, state.opt_state)
-        metrics = dict(jax.lax.pmean(metrics, sharding.BATCH_AXIS), grad_norm=grad_norm)
+        metrics = dict(metrics, grad_norm=grad_norm)
         return TrainingState(params, opt_state, state.steps + 1), metrics
 
     return sharding.data_parallel(update, mesh, state_spec=zero.state_specs(TrainingState),

@@ -12,6 +12,7 @@ import pytest
 from agents.impala.actor import put_until_stopped, split_unrolls
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import init_state, make_optimizer, make_update
+from agents.impala.losses import impala_loss
 from agents.impala.network import PolicyValueNetwork
 from agents.impala.unroll import Unrolls, stack_unrolls
 from agents.parallel import sharding
@@ -61,6 +62,26 @@ def test_four_devices_equal_one(reduction, zero_stage):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
                  state_1, state_4)
     assert int(state_4.steps) == 4
+
+
+@pytest.mark.parametrize("num_devices", [1, 4])
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_logged_loss_terms_are_the_whole_batch_with_the_runs_reduction(reduction, num_devices):
+    config = dataclasses.replace(CONFIG, reduction=reduction)
+    batch = random_unrolls(np.random.default_rng(1), 8)
+    _, [metrics] = run_updates(config, jax.devices()[:num_devices], [batch])
+    network = PolicyValueNetwork(A, "mlp", (("hidden_sizes", (16,)),))
+    params = init_state(network, make_optimizer(config), np.zeros(4, np.float32),
+                        jax.random.PRNGKey(0)).params
+    time_major = {k: np.swapaxes(v, 0, 1) for k, v in batch.items()}
+    logits, values = network.apply(params, time_major["obs"])
+    _, expected = impala_loss(
+        logits[:-1], values, time_major["actions"], time_major["behaviour_logits"],
+        time_major["rewards"], time_major["discounts"], time_major["episode_ends"],
+        time_major["masks"], baseline_cost=config.baseline_cost,
+        entropy_cost=config.entropy_cost, reduction=reduction)
+    for name in ("loss", "pg_loss", "baseline_loss", "entropy_loss", "entropy"):
+        np.testing.assert_allclose(metrics[name], expected[name], rtol=1e-4, err_msg=name)
 
 
 def test_learning_rate_anneals_linearly_to_zero():
