@@ -55,31 +55,38 @@ class ImpalaActor:
       policy: from `make_policy`.
       builder: the actor's unroll builder.
       unrolls: the bounded queue to the learner.
-      param_server: source of parameters; pulled before every step (a reference read).
+      param_server: source of parameters; read before every step (a reference read).
       stats: shared counters (env_steps, episodes and returns).
       seed: seed of the sampling key.
       device_index: which of the param server's actor devices this actor's policy runs on.
+      refresh_period: the actor keeps acting with the parameters it holds until the server's
+        are this many versions newer (1: always the latest). A controlled policy lag, for
+        studying off-policy corrections (Espeholt et al. 2018, Sec. 5.2.2).
     """
 
     def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
                  builder: UnrollBuilder, unrolls: queue.Queue, param_server: ParamServer,
-                 stats: RunStats, seed: int, device_index: int = 0):
+                 stats: RunStats, seed: int, device_index: int = 0, refresh_period: int = 1):
+        if refresh_period < 1:
+            raise ValueError(f"refresh_period must be >= 1, got {refresh_period}")
         self.actor_id = actor_id
         self._make_env, self._policy, self._builder = make_env, policy, builder
         self._unrolls, self._param_server, self._stats = unrolls, param_server, stats
         self._key = jax.random.PRNGKey(seed)
-        self._device_index = device_index
+        self._device_index, self._refresh_period = device_index, refresh_period
 
     def run(self, stop: threading.Event) -> None:
         env = self._make_env()
         returns = EpisodeReturns(self._builder.num_envs, self._stats)
         env.async_reset()
-        step = 0
+        step, version, params = 0, 0, None
         try:
             while not stop.is_set():
                 obs, reward, terminated, truncated, info = env.recv()
                 env_ids = info["env_id"]
-                version, params = self._param_server.latest(self._device_index)
+                latest = self._param_server.latest(self._device_index)
+                if params is None or latest[0] >= version + self._refresh_period:
+                    version, params = latest
                 actions, logits = self._policy(params, obs, self._key, step)
                 actions, logits = np.asarray(actions), np.asarray(logits)
                 env.send(actions, env_ids)

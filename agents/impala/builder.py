@@ -45,5 +45,6 @@ def make_actors(config: ImpalaConfig, info: EnvInfo, policy: Callable, unrolls: 
     return [ImpalaActor(
         i, lambda s=actor_env_settings(config, first + i): make_env(s), policy,
         make_unroll_builder(config, info, config.envs_per_actor, check_inputs=False), unrolls,
-        param_server, stats, seed=seeds.exploration_key(first + i), device_index=i)
+        param_server, stats, seed=seeds.exploration_key(first + i), device_index=i,
+        refresh_period=config.actor_refresh_period)
         for i in range(config.num_actors)]

@@ -9,6 +9,7 @@ override these for CartPole and for a GPU host. The environment, budget and run 
 import dataclasses
 
 from agents.impala.losses import REDUCTIONS
+from agents.run.evaluation import IMPALA_EVAL_ACTIONS
 from agents.run.config import RunConfig, check_fields
 from agents.run.config_groups import MultiProcessConfig, NetworkConfig, OptimizerConfig
 
@@ -34,6 +35,13 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
       learning_rate: initial step size, annealed linearly to 0 over total_env_steps (agent
         steps; on Atari each is 4 frames, so the paper's 200M frames are 50M steps).
       publish_period: learner updates between parameter publishes to the actors.
+      actor_refresh_period: an actor keeps its parameters until the published ones are this
+        many versions newer (1: the latest at every step). Evaluation always uses the latest,
+        so this lags the behaviour policy alone (the policy-lag knob of the off-policy study,
+        Sec. 5.2.2 of the paper).
+      eval_action: how evaluation acts: greedy (the policy's most likely action) or sample
+        (from the policy, as the paper's implementation evaluates; the reproduction harness's
+        protocol, agents.run.evaluation).
       torso: mlp (vectors), impala_shallow or impala_resnet (frames), nature.
     """
 
@@ -50,6 +58,8 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
     pg_rho_bar: float = 1.0
     lambda_: float = 1.0
     publish_period: int = 1
+    actor_refresh_period: int = 1  # parameter versions
+    eval_action: str = "greedy"
     torso: str = "impala_resnet"
     mlp_hidden_sizes: tuple[int, ...] = (64, 64)
     total_env_steps: int = 50_000_000  # agent steps: the paper's 200M frames at frame skip 4
@@ -60,15 +70,18 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
                          | MultiProcessConfig.RESUME_MAY_CHANGE | {
                              "unroll_length", "batch_size", "queue_size", "discount",
                              "baseline_cost", "entropy_cost", "reduction", "rho_bar", "c_bar",
-                             "pg_rho_bar", "lambda_", "publish_period"})
+                             "pg_rho_bar", "lambda_", "publish_period",
+                             "actor_refresh_period", "eval_action"})
 
     def __post_init__(self):
         super().__post_init__()
         check_fields(
             self,
-            positive=("unroll_length", "batch_size", "queue_size", "publish_period"),
+            positive=("unroll_length", "batch_size", "queue_size", "publish_period",
+                      "actor_refresh_period"),
             non_negative=("baseline_cost", "entropy_cost", "rho_bar", "c_bar", "pg_rho_bar"),
-            unit_interval=("discount", "lambda_"), choices=(("reduction", REDUCTIONS),))
+            unit_interval=("discount", "lambda_"), choices=(("reduction", REDUCTIONS),
+                                                        ("eval_action", IMPALA_EVAL_ACTIONS)))
         self.check_optimizer()
         self.check_processes(self.batch_size, self.zero_stage)
         if self.c_bar > self.rho_bar:

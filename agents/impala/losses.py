@@ -10,14 +10,31 @@ the paper's reference implementation (scalable_agent):
     pg_loss       = -sum_s m_s log pi(a_s|x_s) A_s,       A_s the clipped pg advantage (constant),
     baseline_loss = 1/2 sum_s m_s (v_s - V(x_s))^2,       v_s the V-trace target (constant),
     entropy_loss  = -sum_s m_s H(pi(.|x_s)),              so more entropy lowers the loss.
+
+`correction` selects how the policy lag is treated, the four variants the paper compares in
+Sec. 5.2.2 and Table 2 (their "no-correction", "epsilon-correction", "1-step importance
+sampling" and "V-trace"):
+
+    vtrace    targets and advantages of eq. (1) and Sec. 4.2 (clipped ratios pi/mu).
+    none      every ratio taken as 1: the targets are on-policy n-step (lambda) returns of the
+              behaviour data, A_s = r_s + gamma v_{s+1} - V(x_s).
+    epsilon   as none, with log(pi(a_s|x_s) + 1e-6) in the policy gradient, which keeps the
+              log-probability of an action the learner has made unlikely from diverging
+              (Babaeizadeh et al. 2017, as the paper describes it).
+    is_1step  targets as none; the policy gradient's advantage multiplied by the unclipped ratio
+              pi(a_s|x_s) / mu(a_s|x_s) of its own step.
 """
+
+import math
 
 import jax
 import jax.numpy as jnp
 
-from ops.vtrace import vtrace_from_logits
+from ops.vtrace import action_log_probs, vtrace
 
 REDUCTIONS = ("sum", "mean")
+CORRECTIONS = ("vtrace", "none", "epsilon", "is_1step")
+EPSILON_CORRECTION = 1e-6  # the paper's epsilon (Sec. 5.2.2)
 
 
 def _check_shapes(target_logits, values, actions, behaviour_logits, rewards, discounts,
@@ -70,6 +87,7 @@ def impala_loss(
     clip_c_threshold: float = 1.0,
     clip_pg_rho_threshold: float = 1.0,
     reduction: str = "sum",
+    correction: str = "vtrace",
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The V-trace actor-critic loss of IMPALA (Espeholt et al. 2018, eq. 1 and Sec. 4.2).
 
@@ -105,6 +123,8 @@ def impala_loss(
       clip_c_threshold: c_bar, the clip of the trace coefficients (<= rho_bar).
       clip_pg_rho_threshold: the clip of the ratio in the policy-gradient advantage.
       reduction: "sum" | "mean" over the real steps.
+      correction: "vtrace" | "none" | "epsilon" | "is_1step" (module docstring); the clip
+        thresholds apply to "vtrace" only.
 
     Returns:
       `(loss, metrics)`: the scalar loss and a dict of scalars: `loss`, `pg_loss`,
@@ -114,6 +134,8 @@ def impala_loss(
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
     _check_shapes(target_logits, values, actions, behaviour_logits, rewards, discounts,
                   episode_ends, masks)
     masks = jnp.asarray(masks, values.dtype)
@@ -123,11 +145,22 @@ def impala_loss(
         [masks[1:] == 0, jnp.zeros_like(masks[:1], dtype=bool)])  # [T, B...]
     trace_cut = jnp.asarray(episode_ends, bool) | next_is_pseudo  # [T, B...]
 
-    out = vtrace_from_logits(
-        behaviour_logits, target_logits, actions,
-        v_tm1=values[:-1], v_t=values[1:], r_t=rewards, discount_t=discounts,
-        episode_end_t=trace_cut, lambda_=lambda_, clip_rho_threshold=clip_rho_threshold,
-        clip_c_threshold=clip_c_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold)
+    target_log_probs = action_log_probs(target_logits, actions)  # [T, B...]
+    log_rhos = jax.lax.stop_gradient(
+        target_log_probs - action_log_probs(behaviour_logits, actions))  # [T, B...]
+    rhos = jnp.exp(log_rhos)  # [T, B...] no gradient through the ratios
+    if correction == "vtrace":
+        ratios, thresholds = rhos, (clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold)
+    else:  # every ratio 1, unclipped: the targets of on-policy data
+        ratios, thresholds = jnp.ones_like(rhos), (math.inf, math.inf, math.inf)
+    out = vtrace(values[:-1], values[1:], rewards, discounts, ratios, episode_end_t=trace_cut,
+                 lambda_=lambda_, clip_rho_threshold=thresholds[0],
+                 clip_c_threshold=thresholds[1], clip_pg_rho_threshold=thresholds[2])
+    pg_advantages = out.pg_advantages * rhos if correction == "is_1step" else out.pg_advantages
+    if correction == "epsilon":
+        pg_log_probs = jnp.log(jnp.exp(target_log_probs) + EPSILON_CORRECTION)  # [T, B...]
+    else:
+        pg_log_probs = target_log_probs
 
     log_probs = jax.nn.log_softmax(target_logits)  # [T, B..., A]
     entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)  # [T, B...]
@@ -136,7 +169,7 @@ def impala_loss(
     safe_num_steps = jnp.where(num_steps > 0, num_steps, 1.0)  # []
     scale = 1.0 if reduction == "sum" else 1.0 / safe_num_steps
 
-    pg_loss = -jnp.sum(masks * out.target_log_probs * out.pg_advantages) * scale  # []
+    pg_loss = -jnp.sum(masks * pg_log_probs * pg_advantages) * scale  # []
     baseline_loss = 0.5 * jnp.sum(masks * jnp.square(out.errors)) * scale  # []
     entropy_loss = -jnp.sum(masks * entropy) * scale  # []
     loss = pg_loss + baseline_cost * baseline_loss + entropy_cost * entropy_loss  # []
@@ -144,14 +177,13 @@ def impala_loss(
     def step_mean(x):
         return jnp.sum(masks * jax.lax.stop_gradient(x)) / safe_num_steps  # []
 
-    rhos = jnp.exp(out.log_rhos)  # [T, B...]
     metrics = dict(
         loss=loss,
         pg_loss=pg_loss,
         baseline_loss=baseline_loss,
         entropy_loss=entropy_loss,
         entropy=step_mean(entropy),
-        pg_advantage_abs=step_mean(jnp.abs(out.pg_advantages)),
+        pg_advantage_abs=step_mean(jnp.abs(pg_advantages)),
         rho=step_mean(rhos),
         rho_clipped_fraction=step_mean((rhos > clip_rho_threshold).astype(values.dtype)),
     )

@@ -1,0 +1,140 @@
+"""The four off-policy treatments of IMPALA's loss (Espeholt et al. 2018, Sec. 5.2.2) against a
+float64 NumPy reference on hand-built unrolls: loss and gradients w.r.t. logits and values."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents.impala.losses import CORRECTIONS, EPSILON_CORRECTION, impala_loss
+
+GAMMA = 0.9
+COSTS = dict(baseline_cost=0.5, entropy_cost=0.1)
+
+
+def log_softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def reference(z, v, actions, mu_logits, r, d, ends, masks, correction, rho_bar=1.0, c_bar=1.0,
+              lam=1.0):
+    """Loss, dL/dz [T, B, A] and dL/dv [T+1, B] of one correction, float64, step by step.
+
+    Targets: v_s = V(x_s) + sum_{t>=s} (prod_{i<t} d_i c_i) rho_t (r_t + d_t V(x_{t+1}) - V(x_t)),
+    the product stopped at an episode end and before a pseudo step; rho_t = c_t = 1 (times
+    lambda for c) without correction, clipped ratios for V-trace.
+    """
+    T, B, _ = z.shape
+    logp = log_softmax(z)
+    p = np.exp(logp)
+    logp_a = np.take_along_axis(logp, actions[..., None], -1)[..., 0]
+    mu_a = np.take_along_axis(log_softmax(mu_logits), actions[..., None], -1)[..., 0]
+    ratio = np.exp(logp_a - mu_a)  # [T, B]
+    vtrace = correction == "vtrace"
+    loss, dz, dv = 0.0, np.zeros_like(z), np.zeros_like(v)
+    for b in range(B):
+        cut = [bool(ends[t, b]) or (t + 1 < T and masks[t + 1, b] == 0) for t in range(T)]
+        rho = [min(rho_bar, ratio[t, b]) if vtrace else 1.0 for t in range(T)]
+        c = [lam * (min(c_bar, ratio[t, b]) if vtrace else 1.0) for t in range(T)]
+        delta = [rho[t] * (r[t, b] + d[t, b] * v[t + 1, b] - v[t, b]) for t in range(T)]
+        vs = np.empty(T)
+        for s in range(T):
+            total, weight = 0.0, 1.0
+            for t in range(s, T):
+                total += weight * delta[t]
+                if cut[t]:
+                    break
+                weight *= d[t, b] * c[t]
+            vs[s] = v[s, b] + total
+        for s in range(T):
+            m = masks[s, b]
+            next_target = v[s + 1, b] if (s == T - 1 or cut[s]) else vs[s + 1]
+            adv = r[s, b] + d[s, b] * next_target - v[s, b]
+            if vtrace:
+                adv *= min(1.0, ratio[s, b])
+            elif correction == "is_1step":
+                adv *= ratio[s, b]
+            onehot = np.eye(z.shape[-1])[actions[s, b]]
+            pa = p[s, b, actions[s, b]]
+            if correction == "epsilon":
+                log_term = np.log(pa + EPSILON_CORRECTION)
+                dlog = pa / (pa + EPSILON_CORRECTION) * (onehot - p[s, b])
+            else:
+                log_term, dlog = logp_a[s, b], onehot - p[s, b]
+            entropy = -(p[s, b] * logp[s, b]).sum()
+            loss += m * (-log_term * adv + COSTS["baseline_cost"] * 0.5 * (vs[s] - v[s, b]) ** 2
+                         - COSTS["entropy_cost"] * entropy)
+            dz[s, b] += m * (-adv * dlog + COSTS["entropy_cost"] * p[s, b]
+                             * (logp[s, b] + entropy))
+            dv[s, b] += -m * COSTS["baseline_cost"] * (vs[s] - v[s, b])
+    return loss, dz, dv
+
+
+def hand_built_unroll(seed=0, T=6, B=3, A=3):
+    """Off-policy data: behaviour logits far from the target's; two episode ends (one a
+    termination, one a truncation), a pseudo step after an end, and an action the target policy
+    has all but ruled out (the case epsilon-correction is for)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(scale=1.5, size=(T, B, A))
+    z[2, 1] = [-20.0, 5.0, 5.0]  # pi(a=0) ~ 2e-11
+    mu_logits = rng.normal(scale=1.5, size=(T, B, A))
+    mu_logits[2, 1] = [3.0, 0.0, 0.0]
+    actions = rng.integers(0, A, (T, B))
+    actions[2, 1] = 0
+    v = rng.normal(size=(T + 1, B))
+    r = rng.normal(size=(T, B))
+    ends = np.zeros((T, B), bool)
+    ends[1, 0] = ends[3, 2] = True
+    terminated = np.zeros((T, B), bool)
+    terminated[1, 0] = True  # (3, 2) is a truncation: it bootstraps
+    masks = np.ones((T, B))
+    masks[2, 0] = 0.0  # envpool's reset step after the termination
+    d = GAMMA * (1.0 - terminated) * masks
+    return z, v, actions, mu_logits, r, d, ends, masks
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["no_jit", "jit"])
+@pytest.mark.parametrize("correction", CORRECTIONS)
+def test_each_correction_matches_float64_reference(correction, jit):
+    z, v, actions, mu_logits, r, d, ends, masks = hand_built_unroll()
+
+    def loss(z, v):
+        return impala_loss(z, v, jnp.asarray(actions), jnp.asarray(mu_logits, jnp.float32),
+                           jnp.asarray(r, jnp.float32), jnp.asarray(d, jnp.float32),
+                           jnp.asarray(ends), jnp.asarray(masks, jnp.float32), **COSTS,
+                           correction=correction)[0]
+
+    fn = jax.value_and_grad(loss, argnums=(0, 1))
+    fn = jax.jit(fn) if jit else fn
+    value, (g_z, g_v) = fn(jnp.asarray(z, jnp.float32), jnp.asarray(v, jnp.float32))
+    expected, e_z, e_v = reference(z, v, actions, mu_logits, r, d, ends, masks, correction)
+    np.testing.assert_allclose(value, expected, rtol=2e-5, atol=2e-4)
+    np.testing.assert_allclose(g_z, e_z, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(g_v, e_v, rtol=2e-4, atol=2e-5)
+
+
+def test_the_corrections_differ_where_they_should():
+    z, v, actions, mu_logits, r, d, ends, masks = hand_built_unroll()
+    out = {c: reference(z, v, actions, mu_logits, r, d, ends, masks, c) for c in CORRECTIONS}
+    # None and epsilon share their targets (the value gradients), V-trace's differ.
+    np.testing.assert_allclose(out["none"][2], out["epsilon"][2])
+    np.testing.assert_allclose(out["none"][2], out["is_1step"][2])
+    assert np.abs(out["none"][2] - out["vtrace"][2]).max() > 1e-3
+    # Epsilon bounds the policy gradient of the all-but-impossible action; none does not.
+    assert abs(out["epsilon"][0] - out["none"][0]) > 0.1  # log(1e-6) vs log(2e-11), times A
+    assert np.abs(out["epsilon"][1][2, 1]).max() < 1e-3 < np.abs(out["none"][1][2, 1]).max()
+
+
+def test_on_policy_data_makes_every_correction_the_same():
+    z, v, actions, _, r, d, ends, masks = hand_built_unroll()
+    z[2, 1] = [0.0, 0.5, 1.0]  # no near-impossible action, so epsilon changes nothing visible
+    results = [reference(z, v, actions, z, r, d, ends, masks, c) for c in CORRECTIONS]
+    for other in results[1:]:
+        np.testing.assert_allclose(other[0], results[0][0], rtol=1e-5)
+
+
+def test_an_unknown_correction_raises_naming_it():
+    z, v, actions, mu_logits, r, d, ends, masks = hand_built_unroll()
+    with pytest.raises(ValueError, match=r"correction must be one of .*vtrace.*got 'retrace'"):
+        impala_loss(z, v, actions, mu_logits, r, d, ends, masks, correction="retrace")
