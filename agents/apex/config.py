@@ -44,6 +44,8 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
       publish_period: learner updates between parameter publishes to the actors.
       dueling: dueling Q head (the paper) instead of a linear one.
       head_hidden_sizes: hidden widths of each dueling stream (the paper: 512 after the convs).
+      eval_epsilon: evaluation acts epsilon-greedily with this rate (0: greedy; Mnih et al.
+        2015 evaluated with 0.05, van Hasselt et al. 2016 with 0.001; agents.run.evaluation).
       checkpoint_replay: include the replay's contents in checkpoints (a full Atari replay is
         gigabytes; without it a resumed run refills the replay before learning).
     """
@@ -70,6 +72,7 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
     publish_period: int = 1
     dueling: bool = True
     head_hidden_sizes: tuple[int, ...] = (512,)
+    eval_epsilon: float = 0.0
     checkpoint_replay: bool = True
     run_dir: str = "runs/apex"
 
@@ -79,7 +82,8 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
                              "epsilon_base", "epsilon_alpha", "local_buffer_size",
                              "actor_update_period", "importance_exponent", "min_replay_size",
                              "samples_per_insert", "batch_size", "target_update_period", "loss",
-                             "huber_delta", "publish_period", "checkpoint_replay"})
+                             "huber_delta", "publish_period", "checkpoint_replay",
+                             "eval_epsilon"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -89,7 +93,7 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
                       "batch_size", "target_update_period", "publish_period"),
             non_negative=("min_replay_size", "samples_per_insert", "huber_delta"),
             unit_interval=("discount", "priority_exponent", "importance_exponent",
-                           "epsilon_base"),
+                           "epsilon_base", "eval_epsilon"),
             choices=(("loss", LOSSES),))
         self.check_optimizer()
         self.check_ray(self.num_actors)

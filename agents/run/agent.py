@@ -25,7 +25,7 @@ from agents.parallel import sharding
 from agents.run import checkpoint, run_folder
 from agents.run.driver import Driver
 from agents.run.envs import actor_env_settings, env_info, eval_env_settings, make_env
-from agents.run.evaluation import Evaluator
+from agents.run.evaluation import Evaluator, config_protocol
 from agents.run.interfaces import Learner, Runtime
 from agents.run.param_server import ParamServer
 from agents.run.runner import ThreadRunner
@@ -120,7 +120,8 @@ class Agent:
         evaluator = Evaluator(lambda s=eval_env_settings(config): make_env(s), self.eval_scores(),
                               self.param_server, lambda: self.learner.updates,
                               lambda: self.stats.get("env_steps"), config.eval_period,
-                              config.solved_return)
+                              config.solved_return, config_protocol(config),
+                              run_seeds(config).eval_actions())
         runner = ThreadRunner()
         runner.on_stop(self.runtime.release)  # wakes adds and samples waiting on the replay
         for name, target in self.learner.threads():

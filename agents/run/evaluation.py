@@ -1,48 +1,203 @@
-"""Greedy evaluation episodes on a separate envpool instance."""
+"""Evaluation episodes on a separate envpool instance, and the papers' evaluation protocol.
 
+The protocol of Ape-X (Horgan et al. 2018, arXiv:1803.00933, Sec. 4.1 "no-op starts") and
+IMPALA (Espeholt et al. 2018, arXiv:1802.01561, Sec. 5.3 and Appendix), both after Mnih et al.
+2015 (Nature, Methods "Evaluation procedure"):
+
+  * up to 30 no-op actions at the start of each episode (envpool draws 1..noop_max);
+  * each episode capped at 108K emulator frames, 30 minutes of play (27K agent steps at frame
+    skip 4);
+  * whole games, scored as the game scores them: a lost life does not end the episode and
+    rewards are not clipped (`EnvSettings.for_evaluation`);
+  * a fixed number of episodes per evaluated checkpoint (30 by default), on envs whose seeds
+    no training env uses (`agents.run.seeds.RunSeeds.protocol_envs_seed`);
+  * each paper's action rule. Ape-X acts epsilon-greedily on its Q-values with
+    `eval_epsilon` (0, greedy, by default: the value we could not check against the paper's
+    text, so it is a flag; Mnih et al. 2015 used 0.05, van Hasselt et al. 2016 0.001).
+    IMPALA samples its actions from the policy, as the paper's implementation evaluates
+    (scalable_agent's actors sample at test time as in training); greedy is a flag.
+"""
+
+import dataclasses
 import queue
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+ACTION_RULES = ("greedy", "epsilon_greedy", "sample")
+IMPALA_EVAL_ACTIONS = ("sample", "greedy")
+FRAME_SKIP = 4  # emulator frames per agent step in both papers (Mnih et al. 2015)
 
-def evaluate(env: Any, policy: Callable, params: Any) -> np.ndarray:
-    """Plays one greedy episode in each env of a synchronous envpool; returns `[num_envs]` returns.
 
-    Each env's return stops counting at its first episode end (envpool resets it on the next
-    step, which is then ignored).
+def select_actions(scores: np.ndarray, rule: str, epsilon: float = 0.0,
+                   rng: np.random.Generator | None = None) -> np.ndarray:
+    """Actions `[B]` int32 from scores `[B, A]` (Q-values, or policy logits for "sample").
+
+    Args:
+      scores: `[B, A]` Q-values (greedy, epsilon_greedy) or logits (sample).
+      rule: "greedy" (argmax), "epsilon_greedy" (a uniform action with probability epsilon,
+        else the argmax) or "sample" (from softmax(scores)).
+      epsilon: the exploration rate of "epsilon_greedy", in [0, 1].
+      rng: the random stream of "epsilon_greedy" and "sample".
+    """
+    if rule not in ACTION_RULES:
+        raise ValueError(f"rule must be one of {ACTION_RULES}, got {rule!r}")
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+    scores = np.asarray(scores, np.float64)
+    if scores.ndim != 2:
+        raise ValueError(f"scores must be [B, A], got shape {scores.shape}")
+    greedy = np.argmax(scores, axis=-1)  # [B]
+    if rule == "greedy" or (rule == "epsilon_greedy" and epsilon == 0.0):
+        return greedy.astype(np.int32)
+    if rng is None:
+        raise ValueError(f"rule {rule!r} needs rng, a numpy Generator")
+    batch, num_actions = scores.shape
+    if rule == "epsilon_greedy":
+        explore = rng.random(batch) < epsilon  # [B]
+        return np.where(explore, rng.integers(num_actions, size=batch), greedy).astype(np.int32)
+    # Gumbel-max: argmax(logits + Gumbel noise) is a sample from softmax(logits).
+    return np.argmax(scores + rng.gumbel(size=scores.shape), axis=-1).astype(np.int32)
+
+
+class Episodes(NamedTuple):
+    """One finished episode per env: `returns` `[N]` (summed rewards) and `steps` `[N]`
+    (agent steps, each `frame_skip` emulator frames on Atari)."""
+
+    returns: np.ndarray
+    steps: np.ndarray
+
+
+def play_episodes(env: Any, policy: Callable, params: Any, rule: str = "greedy",
+                  epsilon: float = 0.0, rng: np.random.Generator | None = None) -> Episodes:
+    """Plays one episode in each env of a synchronous envpool with `select_actions(rule)`.
+
+    Each env's episode stops counting at its first end, terminated or truncated (envpool resets
+    it on the next step, which is then ignored).
+
+    Args:
+      env: a synchronous envpool (batch_size == num_envs), freshly made or reset here.
+      policy: `(params, obs [N, ...]) -> scores [N, A]`.
+      params: the policy's parameters.
+      rule, epsilon, rng: as `select_actions`.
     """
     obs, _ = env.reset()
     returns = np.zeros(env.num_envs)
+    steps = np.zeros(env.num_envs, np.int64)
     done = np.zeros(env.num_envs, bool)
     while not done.all():
-        actions = np.argmax(np.asarray(policy(params, obs)), axis=-1).astype(np.int32)
+        actions = select_actions(np.asarray(policy(params, obs)), rule, epsilon, rng)
         obs, reward, terminated, truncated, _ = env.step(actions)
         returns += np.where(done, 0.0, reward)
+        steps += ~done
         done |= terminated | truncated
-    return returns
+    return Episodes(returns, steps)
+
+
+def evaluate(env: Any, policy: Callable, params: Any) -> np.ndarray:
+    """Greedy `play_episodes`: the `[num_envs]` returns."""
+    return play_episodes(env, policy, params).returns
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalProtocol:
+    """How a checkpoint is evaluated (module docstring: the papers' choices).
+
+    Attributes:
+      episodes: episodes per evaluation, one per env of a synchronous pool.
+      action_rule: greedy, epsilon_greedy or sample (`select_actions`).
+      epsilon: exploration rate of epsilon_greedy.
+      noop_max: Atari: up to this many no-ops at each episode's start (>= 1 for envpool).
+      max_episode_frames: Atari: the episode cap in emulator frames.
+    """
+
+    episodes: int = 30
+    action_rule: str = "greedy"
+    epsilon: float = 0.0
+    noop_max: int = 30  # no-ops
+    max_episode_frames: int = 108_000  # frames = 27,000 agent steps
+
+    def __post_init__(self):
+        if not isinstance(self.episodes, int) or self.episodes < 1:
+            raise ValueError(f"episodes must be an integer >= 1, got {self.episodes!r}")
+        if self.action_rule not in ACTION_RULES:
+            raise ValueError(f"action_rule must be one of {ACTION_RULES}, got "
+                             f"{self.action_rule!r}")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon}")
+        if self.noop_max < 1:
+            raise ValueError(f"noop_max must be >= 1 (envpool draws 1..noop_max), got "
+                             f"{self.noop_max}")
+        if self.max_episode_frames < FRAME_SKIP:
+            raise ValueError(f"max_episode_frames must be >= {FRAME_SKIP}, got "
+                             f"{self.max_episode_frames}")
+
+    def env_settings(self, train_settings: Any, seed: int) -> Any:
+        """The evaluation pool's `EnvSettings`: the training envs' game and preprocessing,
+        with full unclipped episodes, this protocol's no-ops, cap and episode count."""
+        return dataclasses.replace(
+            train_settings.for_evaluation(self.episodes, seed=seed), noop_max=self.noop_max,
+            max_episode_frames=self.max_episode_frames)
+
+    def play(self, env: Any, policy: Callable, params: Any,
+             rng: np.random.Generator | None = None) -> Episodes:
+        """`play_episodes` with this protocol's action rule."""
+        return play_episodes(env, policy, params, self.action_rule, self.epsilon, rng)
+
+
+def paper_protocol(agent: str, episodes: int = 30, greedy: bool = False,
+                   apex_epsilon: float = 0.0) -> EvalProtocol:
+    """The evaluation protocol of agent "apex" or "impala" (module docstring).
+
+    Args:
+      agent: "apex" (epsilon-greedy with `apex_epsilon`) or "impala" (sampled actions).
+      episodes: episodes per evaluation.
+      greedy: IMPALA: argmax actions instead of samples.
+      apex_epsilon: Ape-X's evaluation epsilon.
+    """
+    if agent == "apex":
+        return EvalProtocol(episodes, "epsilon_greedy", apex_epsilon)
+    if agent == "impala":
+        return EvalProtocol(episodes, "greedy" if greedy else "sample")
+    raise ValueError(f"agent must be one of ('apex', 'impala'), got {agent!r}")
+
+
+def config_protocol(config: Any) -> EvalProtocol:
+    """The protocol of a training run's Evaluator: its config's episodes, no-ops and cap, and
+    its agent's action rule (`eval_epsilon` for Ape-X, `eval_action` for IMPALA)."""
+    if hasattr(config, "eval_action"):
+        rule, epsilon = config.eval_action, 0.0
+    else:
+        rule, epsilon = "epsilon_greedy", getattr(config, "eval_epsilon", 0.0)
+    return EvalProtocol(config.eval_episodes, rule, epsilon, max(1, config.noop_max),
+                        config.max_episode_frames)
 
 
 class Evaluator:
-    """Evaluation thread: greedy episodes with the latest parameters every `period` updates.
+    """Evaluation thread: episodes with the latest parameters every `period` updates.
 
     Args:
       make_env: builds the synchronous evaluation envpool (one episode per env).
-      policy: jitted `(params, obs) -> scores [B, A]` whose argmax is the greedy action.
+      policy: jitted `(params, obs) -> scores [B, A]` (Q-values or logits).
       param_server: source of the latest parameters.
       updates: returns the learner's update count.
       env_steps: returns the run's env step count (logged with each result).
       period: learner updates between evaluations.
       solved_return: a mean return at or above this sets `solved` and stops the run.
+      protocol: the action rule (its env settings are `make_env`'s); None: greedy.
+      seed: seeds the action rule's random stream (`RunSeeds.eval_actions`).
     """
 
     def __init__(self, make_env: Callable, policy: Callable, param_server: Any,
                  updates: Callable[[], int], env_steps: Callable[[], int], period: int,
-                 solved_return: float):
+                 solved_return: float, protocol: EvalProtocol | None = None,
+                 seed: Any = None):
         self._make_env, self._policy, self._param_server = make_env, policy, param_server
         self._updates, self._env_steps = updates, env_steps
         self._period, self._solved_return = period, solved_return
+        self._protocol = protocol or EvalProtocol(episodes=1)
+        self._rng = np.random.default_rng(seed)
         self.results: queue.Queue = queue.Queue()
         self.solved = threading.Event()
 
@@ -59,7 +214,7 @@ class Evaluator:
                     continue
                 updates, env_steps = self._updates(), self._env_steps()
                 _, params = self._param_server.latest()
-                returns = evaluate(env, self._policy, params)
+                returns = self._protocol.play(env, self._policy, params, self._rng).returns
                 self.results.put(dict(updates=updates, env_steps=env_steps,
                                       mean_return=float(np.mean(returns)),
                                       min_return=float(np.min(returns))))

@@ -14,14 +14,24 @@ envs, restart after restart:
     base + eval_envs + b * envs_per_actor + [0, envs_per_actor),  b = restart * actors + actor
 
 `actors` counts every actor of the run, over all processes (`global_actor` numbers them).
+
+The evaluation protocol's envs (`agents.run.evaluation`: a fixed number of episodes for each
+evaluated checkpoint, e.g. by the reproduction harness) take their seeds from the top
+2**24 int32 values, which training blocks never reach, one block of `episodes` seeds per
+evaluation:
+
+    PROTOCOL_START + offset + evaluation * episodes + [0, episodes)
 """
 
 import numpy as np
 
 _INT32_LIMIT = 2**31
-_BASE_LIMIT = 2**30  # bases below it leave 2**30 seeds of blocks before int32 runs out
+_BASE_LIMIT = 2**30  # bases below it leave 2**30 - 2**24 seeds of blocks for training
+PROTOCOL_START = _INT32_LIMIT - 2**24  # training env seeds stay below, protocol seeds above
+_PROTOCOL_OFFSETS = 2**22  # a run's protocol offset is below it; evaluations fill the rest
 
-_NETWORK, _EXPLORATION, _SAMPLER, _ENVS, _SHARD_SPLIT = range(5)
+(_NETWORK, _EXPLORATION, _SAMPLER, _ENVS, _SHARD_SPLIT, _EVAL_ACTIONS, _PROTOCOL_ENVS,
+ _PROTOCOL_ACTIONS) = range(8)
 
 
 class RunSeeds:
@@ -76,10 +86,31 @@ class RunSeeds:
             raise ValueError(f"actor must be in [0, {self.num_actors}), got {actor}")
         block = restart * self.num_actors + actor
         seed = self._env_base + self.eval_envs + block * self.envs_per_actor
-        if seed + self.envs_per_actor > _INT32_LIMIT:
+        if seed + self.envs_per_actor > PROTOCOL_START:
             raise ValueError(f"restart {restart} of actor {actor} runs past envpool's int32 "
                              "env seeds; start a new run with another seed")
         return seed
+
+    def eval_actions(self) -> np.random.SeedSequence:
+        """The training run's evaluator's stream for its action rule (epsilon, sampling)."""
+        return self._child(_EVAL_ACTIONS)
+
+    def protocol_envs_seed(self, evaluation: int, episodes: int) -> int:
+        """The seed of env 0 of the protocol's pool for evaluation number `evaluation` (env i
+        gets it + i): above every training env seed, a block apart for each evaluation."""
+        if evaluation < 0 or episodes < 1:
+            raise ValueError(f"evaluation must be >= 0 and episodes >= 1, got {evaluation} and "
+                             f"{episodes}")
+        offset = int(self._child(_PROTOCOL_ENVS).generate_state(1)[0]) % _PROTOCOL_OFFSETS
+        seed = PROTOCOL_START + offset + evaluation * episodes
+        if seed + episodes > _INT32_LIMIT:
+            raise ValueError(f"evaluation {evaluation} of {episodes} episodes runs past "
+                             "envpool's int32 env seeds")
+        return seed
+
+    def protocol_actions(self, evaluation: int) -> np.random.SeedSequence:
+        """The protocol's action-rule stream for evaluation number `evaluation`."""
+        return self._child(_PROTOCOL_ACTIONS, evaluation)
 
 
 def run_seeds(config) -> RunSeeds:
