@@ -1,0 +1,25 @@
+"""The papers' reference scores (atari_scores.csv: random, human, Ape-X, IMPALA per game)."""
+
+import csv
+import math
+import os
+
+SCORES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "atari_scores.csv")
+PAPER_COLUMNS = {"apex": "apex_noop", "impala": "impala_deep",
+                 "impala_shallow": "impala_shallow"}
+
+
+def load_references(path: str = SCORES_FILE) -> dict[str, dict[str, float]]:
+    """{game: {column: score}}; an empty cell is NaN (a number the file does not vouch for)."""
+    with open(path, newline="") as f:
+        rows = csv.DictReader(line for line in f if not line.startswith("#"))
+        return {row["game"]: {k: float(v) if v else math.nan for k, v in row.items()
+                              if k != "game"} for row in rows}
+
+
+def paper_column(agent: str, torso: str = "") -> str:
+    """The column of the paper's scores for `agent` ("apex" or "impala"; IMPALA's shallow
+    torso compares with the paper's shallow network)."""
+    if agent not in ("apex", "impala"):
+        raise ValueError(f"agent must be one of ('apex', 'impala'), got {agent!r}")
+    return PAPER_COLUMNS["impala_shallow" if torso == "impala_shallow" else agent]

@@ -1,0 +1,135 @@
+"""One training run of the reproduction scripts, evaluated with the papers' protocol.
+
+A run is a folder: the agent's own run folder (`config.run_dir`: checkpoints, train.csv,
+eval.csv) and, once it finished, `result.json` beside it. A run whose `result.json` exists is
+not run again; one that was stopped resumes from its newest checkpoint (`--resume`), so a
+script that was interrupted picks up where it stopped.
+"""
+
+import contextlib
+import csv
+import dataclasses
+import json
+import os
+from typing import Any, Callable
+from unittest import mock
+
+import jax
+import numpy as np
+
+from agents.apex.agent import ApexAgent
+from agents.apex.config import ApexConfig
+from agents.impala import learner as impala_learner
+from agents.impala.agent import ImpalaAgent
+from agents.impala.config import ImpalaConfig
+from agents.impala.losses import CORRECTIONS, impala_loss
+from agents.run.envs import actor_env_settings, is_atari, make_env
+from agents.run.evaluation import FRAME_SKIP, EvalProtocol
+from agents.run.seeds import run_seeds
+
+AGENTS = {"apex": (ApexAgent, ApexConfig), "impala": (ImpalaAgent, ImpalaConfig)}
+RESULT = "result.json"
+
+
+def env_id(game: str) -> str:
+    """The envpool id of a game name ("Pong" -> "Pong-v5"; ids pass through)."""
+    return game if "-v" in game else f"{game}-v5"
+
+
+def game_name(env: str) -> str:
+    return env.rsplit("-v", 1)[0]
+
+
+def agent_steps(frames: int, env: str) -> int:
+    """The agent steps of a budget in the papers' unit (frames / 4 on Atari)."""
+    if frames < 1:
+        raise ValueError(f"frames must be >= 1, got {frames}")
+    return max(1, frames // FRAME_SKIP) if is_atari(env) else frames
+
+
+def frames_of(env_steps: float, env: str) -> float:
+    return env_steps * FRAME_SKIP if is_atari(env) else env_steps
+
+
+def check_agent(agent: str) -> None:
+    if agent not in AGENTS:
+        raise ValueError(f"agent must be one of {tuple(AGENTS)}, got {agent!r}")
+
+
+@contextlib.contextmanager
+def impala_correction(correction: str):
+    """IMPALA updates in this block use `impala_loss(correction=correction)`.
+
+    The learner passes the loss its settings one by one and has no `correction` among them;
+    until it does, runs started here bind it (the learner traces its loss inside the block, at
+    its first update).
+    """
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+    if correction == "vtrace":
+        yield
+        return
+    loss = lambda *args, **kwargs: impala_loss(*args, **kwargs, correction=correction)  # noqa: E731
+    with mock.patch.object(impala_learner, "impala_loss", loss):
+        yield
+
+
+def read_eval_csv(run_dir: str) -> list[dict[str, float]]:
+    """The evaluations a run logged (`eval.csv`), in order, as floats; [] if none."""
+    path = os.path.join(run_dir, "eval.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)}
+                for row in csv.DictReader(f)]
+
+
+def protocol_evaluate(agent: Any, protocol: EvalProtocol, evaluation: int = 0) -> np.ndarray:
+    """Plays `protocol.episodes` episodes with a finished agent's final parameters on envs
+    seeded apart from training; returns their `[episodes]` returns."""
+    config = agent.config
+    seeds = run_seeds(config)
+    settings = protocol.env_settings(actor_env_settings(config, 0),
+                                     seeds.protocol_envs_seed(evaluation, protocol.episodes))
+    params = jax.device_get(agent.learner.host_state().params)
+    env = make_env(settings)
+    try:
+        rng = np.random.default_rng(seeds.protocol_actions(evaluation))
+        return protocol.play(env, agent.eval_scores(), params, rng).returns
+    finally:
+        env.close()
+
+
+def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
+        correction: str = "vtrace", print_fn: Callable = print) -> dict:
+    """Trains `config` (resuming its run folder if it holds a checkpoint), evaluates the final
+    parameters with `protocol` (None: no final evaluation), writes and returns the result.
+
+    The result holds the run's summary figures, its logged evaluations (`curve`: env steps and
+    mean return) and the protocol's episode returns (`final_returns`).
+    """
+    check_agent(agent_name)
+    path = os.path.join(config.run_dir, RESULT)
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    config = dataclasses.replace(config, resume=True)  # a fresh folder starts a new run
+    agent = AGENTS[agent_name][0](config, print_fn)
+    with impala_correction(correction):
+        summary = agent.run()
+    if summary.get("interrupted"):
+        raise KeyboardInterrupt("the run was interrupted; run the script again to resume it")
+    final = protocol_evaluate(agent, protocol) if protocol is not None else np.array([])
+    curve = [dict(env_steps=row["env_steps"], mean_return=row["mean_return"])
+             for row in read_eval_csv(config.run_dir)]
+    lag = getattr(agent.learner, "lag", {}).get("policy_lag_mean", float("nan"))
+    result = dict(agent=agent_name, env=config.env, seed=config.seed, correction=correction,
+                  env_steps=int(summary.get("env_steps", 0)), updates=int(summary["updates"]),
+                  wall_s=float(summary["wall_s"]), policy_lag_mean=float(lag), curve=curve,
+                  final_returns=[float(x) for x in final],
+                  protocol=dataclasses.asdict(protocol) if protocol else None)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, path)  # a crash never leaves a half-written result that would be skipped
+    return result

@@ -1,0 +1,167 @@
+"""IMPALA's off-policy correction study at small scale (Espeholt et al. 2018, Sec. 5.2.2,
+Table 2): no correction, epsilon-correction, 1-step importance sampling and V-trace, as the
+policy lag grows.
+
+    python experiments/reproduce/vtrace_ablation.py                  # CartPole, 80 runs
+    python experiments/reproduce/vtrace_ablation.py --lags=1,32 --seeds=0,1 --env_steps=20000
+
+The lag is a controlled knob: actors keep their parameters until the learner's are
+`actor_refresh_period` = K versions newer (the learner publishes every update), so the
+behaviour policy trails the learned one by up to K updates, on top of the queue's own lag
+(the measured mean is reported). Every correction runs at every K over every seed, one run
+after another, on the base flagfile's CartPole settings. Each run is scored by
+
+  * final: the mean return of `--final_episodes` episodes of the final parameters, evaluated
+    as the paper evaluates (actions sampled from the policy, envs seeded apart from training);
+  * AUC: the area under the run's evaluation curve (evaluations every `eval_period` updates,
+    which fall evenly in env steps) divided by its length, i.e. the mean evaluation return.
+
+Each cell of the table is the IQM over seeds with a 95% stratified bootstrap interval
+(rliable; Agarwal et al. 2021). Results go to `--results_dir` (table.md, results.json,
+ablation.png). Resumable: finished runs are read from `--out_dir`, not run again.
+"""
+
+import dataclasses
+import json
+import math
+import os
+
+import numpy as np
+from absl import app, flags
+
+import aggregates
+import run_and_evaluate
+from agents.impala.config import ImpalaConfig
+from agents.impala.losses import CORRECTIONS
+from agents.run.evaluation import paper_protocol
+from agents.run.flags import config_from_flagfile
+
+flags.DEFINE_list("corrections", list(CORRECTIONS), f"any of {CORRECTIONS}")
+flags.DEFINE_list("lags", ["1", "8", "16", "32"], "actor_refresh_period levels K (>= 1)")
+flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "seeds of each (correction, K)")
+flags.DEFINE_integer("env_steps", 100_000, "agent steps per run")
+flags.DEFINE_string("base_flagfile", "experiments/configs/impala_cartpole.cfg",
+                    "the IMPALA settings every run starts from")
+flags.DEFINE_integer("eval_period", 20, "learner updates between evaluations (the curve)")
+flags.DEFINE_integer("eval_episodes", 10, "episodes per evaluation of the curve")
+flags.DEFINE_integer("final_episodes", 30, "episodes of the final evaluation")
+flags.DEFINE_string("out_dir", "runs/vtrace_ablation", "run folders")
+flags.DEFINE_string("results_dir", "docs/results/vtrace_ablation", "table, data and figure")
+flags.DEFINE_integer("bootstrap_reps", 2000, "bootstrap resamples of each interval")
+FLAGS = flags.FLAGS
+
+
+def parse_levels(corrections, lags, seeds) -> tuple[list[str], list[int], list[int]]:
+    """Validated flag values; ValueError naming the flag."""
+    for c in corrections:
+        if c not in CORRECTIONS:
+            raise ValueError(f"--corrections: {c!r} is not one of {CORRECTIONS}")
+    try:
+        lags, seeds = [int(k) for k in lags], [int(s) for s in seeds]
+    except ValueError as e:
+        raise ValueError(f"--lags and --seeds must be integers: {e}") from None
+    if not corrections or not lags or not seeds:
+        raise ValueError("--corrections, --lags and --seeds must each name at least one value")
+    if min(lags) < 1:
+        raise ValueError(f"--lags must be >= 1, got {lags}")
+    if min(seeds) < 0:
+        raise ValueError(f"--seeds must be >= 0, got {seeds}")
+    return list(corrections), lags, seeds
+
+
+def run_config(base: ImpalaConfig, correction: str, lag: int, seed: int) -> ImpalaConfig:
+    return dataclasses.replace(
+        base, seed=seed, actor_refresh_period=lag, total_env_steps=FLAGS.env_steps,
+        eval_period=FLAGS.eval_period, eval_episodes=FLAGS.eval_episodes, eval_action="sample",
+        solved_return=math.inf, checkpoint_period_s=1e9, log_period_s=30.0,
+        run_dir=os.path.join(FLAGS.out_dir, f"{correction}_k{lag}", f"seed_{seed}"))
+
+
+def run_scores(result: dict) -> tuple[float, float]:
+    """(final return, AUC) of one run's result."""
+    curve = [point["mean_return"] for point in result["curve"]]
+    return float(np.mean(result["final_returns"])), float(np.mean(curve)) if curve else math.nan
+
+
+def summarize(results: dict, corrections, lags) -> tuple[str, dict]:
+    """The Markdown table and the per-cell estimates of finished runs."""
+    cells, rows = {}, []
+    for lag in lags:
+        for correction in corrections:
+            runs = results.get((correction, lag), [])
+            if not runs:
+                continue
+            scores = np.array([run_scores(r) for r in runs])  # [seeds, 2]
+            est = aggregates.interval_estimates(
+                {"final": scores[:, :1], "auc": scores[:, 1:]}, reps=FLAGS.bootstrap_reps)
+            lag_mean = float(np.mean([r["policy_lag_mean"] for r in runs]))
+            cells[f"{correction}_k{lag}"] = dict(
+                final=est["final"]["iqm"], auc=est["auc"]["iqm"], policy_lag_mean=lag_mean,
+                seeds=len(runs), per_seed=scores.tolist())
+            rows.append([lag, correction, f"{lag_mean:.1f}", len(runs),
+                         aggregates.format_estimate(est["final"]["iqm"]),
+                         aggregates.format_estimate(est["auc"]["iqm"])])
+    header = ["K", "correction", "measured lag (updates)", "seeds", "final return IQM [95% CI]",
+              "AUC IQM [95% CI]"]
+    return aggregates.markdown_table(header, rows), cells
+
+
+def plot(cells: dict, corrections, lags, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in ((axes[0], "final", "final return"), (axes[1], "auc", "AUC")):
+        for i, correction in enumerate(corrections):
+            present = [k for k in lags if f"{correction}_k{k}" in cells]
+            est = np.array([cells[f"{correction}_k{k}"][key] for k in present])  # [K, 3]
+            if not len(est):
+                continue
+            x = np.arange(len(present)) + (i - (len(corrections) - 1) / 2) * 0.08
+            ax.errorbar(x, est[:, 0], yerr=[est[:, 0] - est[:, 1], est[:, 2] - est[:, 0]],
+                        marker="o", capsize=3, label=correction)
+        ax.set_xticks(range(len(lags)), [str(k) for k in lags])
+        ax.set_xlabel("actor refresh period K (learner updates)")
+        ax.set_ylabel(f"{title}, IQM over seeds (95% CI)")
+        ax.set_title(title)
+    axes[0].legend()
+    fig.suptitle("IMPALA off-policy corrections on CartPole-v1 as the policy lag grows")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv):
+    del argv
+    corrections, lags, seeds = parse_levels(FLAGS.corrections, FLAGS.lags, FLAGS.seeds)
+    base = config_from_flagfile(ImpalaConfig, FLAGS.base_flagfile)
+    protocol = paper_protocol("impala", episodes=FLAGS.final_episodes)
+    results = {}
+    total, done = len(corrections) * len(lags) * len(seeds), 0
+    for seed in seeds:  # seeds outermost: a partial study has every cell at fewer seeds
+        for lag in lags:
+            for correction in corrections:
+                result = run_and_evaluate.run(
+                    "impala", run_config(base, correction, lag, seed), protocol, correction,
+                    print_fn=lambda *a, **k: None)
+                results.setdefault((correction, lag), []).append(result)
+                done += 1
+                final, auc = run_scores(result)
+                print(f"[{done}/{total}] {correction} K={lag} seed={seed}: final {final:.1f} "
+                      f"auc {auc:.1f} lag {result['policy_lag_mean']:.1f} "
+                      f"({result['wall_s']:.0f} s)", flush=True)
+    table, cells = summarize(results, corrections, lags)
+    os.makedirs(FLAGS.results_dir, exist_ok=True)
+    with open(os.path.join(FLAGS.results_dir, "table.md"), "w") as f:
+        f.write(table + "\n")
+    with open(os.path.join(FLAGS.results_dir, "results.json"), "w") as f:
+        json.dump(dict(env_steps=FLAGS.env_steps, base_flagfile=FLAGS.base_flagfile,
+                       cells=cells), f, indent=1)
+    plot(cells, corrections, lags, os.path.join(FLAGS.results_dir, "ablation.png"))
+    print(table)
+
+
+if __name__ == "__main__":
+    app.run(main)
