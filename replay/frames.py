@@ -254,7 +254,7 @@ class FrameStackStorage:
 
     def locate(self, slots: np.ndarray) -> FrameHandle:
         slots = np.asarray(slots, np.int64)
-        seqs = self.slot_seqs[slots]  # [B, 2, stack], a copy
+        seqs = self.slot_seqs.take(slots, axis=0)  # [B, 2, stack]; take gathers rows faster
         plain = self._plain.locate(slots) if self._plain is not None else None
         return FrameHandle(seqs, seqs.min(axis=(1, 2)), plain)
 

@@ -256,7 +256,7 @@ class PrioritizedReplay:
             raise ValueError(f"ids must be one-dimensional, got shape {ids.shape}")
         if ids.size and ids.dtype.kind not in "iu":
             raise ValueError(f"ids must be integers (from Sample.ids), got dtype {ids.dtype}")
-        ids = ids.astype(np.int64)
+        ids = ids.astype(np.int64, copy=False)
         # The sum tree checks `scaled` before it writes; nothing else changes before it does.
         scaled = self._scaled(_check_priorities(priorities, len(ids)))
         with self._lock:
