@@ -75,6 +75,8 @@ def put_batch(tree: Any, mesh: Mesh) -> Any:
     """Splits every array of `tree` along its leading axis over the mesh; with several
     processes, `tree` is this process's share and the global batch joins them in order."""
     sharding = NamedSharding(mesh, P(BATCH_AXIS))
+    if jax.process_count() == 1:  # one transfer call for the whole tree: less dispatch per leaf
+        return jax.device_put(tree, sharding)
     return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), tree)
 
 

@@ -1,5 +1,6 @@
 """Versioned parameters handed from the learner to the actors' devices."""
 
+import functools
 import threading
 from typing import Any, Sequence
 
@@ -7,6 +8,11 @@ import jax
 import jax.numpy as jnp
 
 from agents.parallel.sharding import local_copy
+
+# One dispatch for the whole tree (a copy per leaf costs a dispatch each, in the learner's
+# thread, at every publish). With several processes each copies leaf by leaf: a jitted
+# program launched by one process alone breaks the processes' shared run.
+_copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 
 class ParamServer:
@@ -32,7 +38,8 @@ class ParamServer:
         # Always fresh copies: the learner donates its own buffers to its next update, and a
         # transfer to a device that already holds a shard of them may alias that shard.
         params = local_copy(params)  # this process's replica when the learner spans processes
-        copies = [jax.tree.map(jnp.copy, jax.device_put(params, d)) for d in self._devices]
+        copy = _copy if jax.process_count() == 1 else functools.partial(jax.tree.map, jnp.copy)
+        copies = [copy(jax.device_put(params, d)) for d in self._devices]
         with self._lock:
             self._copies = copies
             self._version += 1
