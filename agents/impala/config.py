@@ -8,7 +8,7 @@ override these for CartPole and for a GPU host. The environment, budget and run 
 
 import dataclasses
 
-from agents.impala.losses import REDUCTIONS
+from agents.impala.losses import CORRECTIONS, REDUCTIONS
 from agents.run.evaluation import IMPALA_EVAL_ACTIONS
 from agents.run.config import RunConfig, check_fields
 from agents.run.config_groups import MultiProcessConfig, NetworkConfig, OptimizerConfig
@@ -31,6 +31,8 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
       c_bar: V-trace clip of the trace coefficients (<= rho_bar).
       pg_rho_bar: clip of the importance weights in the policy gradient.
       lambda_: V-trace lambda.
+      correction: how the loss treats the policy lag (Sec. 5.2.2 of the paper): vtrace, none,
+        epsilon or is_1step (`agents.impala.losses`).
       optimizer: rmsprop (the paper) or adam.
       learning_rate: initial step size, annealed linearly to 0 over total_env_steps (agent
         steps; on Atari each is 4 frames, so the paper's 200M frames are 50M steps).
@@ -57,6 +59,7 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
     c_bar: float = 1.0
     pg_rho_bar: float = 1.0
     lambda_: float = 1.0
+    correction: str = "vtrace"
     publish_period: int = 1
     actor_refresh_period: int = 1  # parameter versions
     eval_action: str = "greedy"
@@ -70,7 +73,7 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
                          | MultiProcessConfig.RESUME_MAY_CHANGE | {
                              "unroll_length", "batch_size", "queue_size", "discount",
                              "baseline_cost", "entropy_cost", "reduction", "rho_bar", "c_bar",
-                             "pg_rho_bar", "lambda_", "publish_period",
+                             "pg_rho_bar", "lambda_", "correction", "publish_period",
                              "actor_refresh_period", "eval_action"})
 
     def __post_init__(self):
@@ -81,6 +84,7 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
                       "actor_refresh_period"),
             non_negative=("baseline_cost", "entropy_cost", "rho_bar", "c_bar", "pg_rho_bar"),
             unit_interval=("discount", "lambda_"), choices=(("reduction", REDUCTIONS),
+                                                        ("correction", CORRECTIONS),
                                                         ("eval_action", IMPALA_EVAL_ACTIONS)))
         self.check_optimizer()
         self.check_processes(self.batch_size, self.zero_stage)

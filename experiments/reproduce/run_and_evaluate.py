@@ -6,23 +6,19 @@ not run again; one that was stopped resumes from its newest checkpoint (`--resum
 script that was interrupted picks up where it stopped.
 """
 
-import contextlib
 import csv
 import dataclasses
 import json
 import os
 from typing import Any, Callable
-from unittest import mock
 
 import jax
 import numpy as np
 
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.impala import learner as impala_learner
 from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
-from agents.impala.losses import CORRECTIONS, impala_loss
 from agents.run.envs import actor_env_settings, is_atari, make_env
 from agents.run.evaluation import FRAME_SKIP, EvalProtocol
 from agents.run.seeds import run_seeds
@@ -56,24 +52,6 @@ def check_agent(agent: str) -> None:
         raise ValueError(f"agent must be one of {tuple(AGENTS)}, got {agent!r}")
 
 
-@contextlib.contextmanager
-def impala_correction(correction: str):
-    """IMPALA updates in this block use `impala_loss(correction=correction)`.
-
-    The learner passes the loss its settings one by one and has no `correction` among them;
-    until it does, runs started here bind it (the learner traces its loss inside the block, at
-    its first update).
-    """
-    if correction not in CORRECTIONS:
-        raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-    if correction == "vtrace":
-        yield
-        return
-    loss = lambda *args, **kwargs: impala_loss(*args, **kwargs, correction=correction)  # noqa: E731
-    with mock.patch.object(impala_learner, "impala_loss", loss):
-        yield
-
-
 def read_eval_csv(run_dir: str) -> list[dict[str, float]]:
     """The evaluations a run logged (`eval.csv`), in order, as floats; [] if none."""
     path = os.path.join(run_dir, "eval.csv")
@@ -101,7 +79,7 @@ def protocol_evaluate(agent: Any, protocol: EvalProtocol, evaluation: int = 0) -
 
 
 def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
-        correction: str = "vtrace", print_fn: Callable = print) -> dict:
+        print_fn: Callable = print) -> dict:
     """Trains `config` (resuming its run folder if it holds a checkpoint), evaluates the final
     parameters with `protocol` (None: no final evaluation), writes and returns the result.
 
@@ -115,15 +93,15 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
             return json.load(f)
     config = dataclasses.replace(config, resume=True)  # a fresh folder starts a new run
     agent = AGENTS[agent_name][0](config, print_fn)
-    with impala_correction(correction):
-        summary = agent.run()
+    summary = agent.run()
     if summary.get("interrupted"):
         raise KeyboardInterrupt("the run was interrupted; run the script again to resume it")
     final = protocol_evaluate(agent, protocol) if protocol is not None else np.array([])
     curve = [dict(env_steps=row["env_steps"], mean_return=row["mean_return"])
              for row in read_eval_csv(config.run_dir)]
     lag = getattr(agent.learner, "lag", {}).get("policy_lag_mean", float("nan"))
-    result = dict(agent=agent_name, env=config.env, seed=config.seed, correction=correction,
+    result = dict(agent=agent_name, env=config.env, seed=config.seed,
+                  correction=config.correction if isinstance(config, ImpalaConfig) else None,
                   env_steps=int(summary.get("env_steps", 0)), updates=int(summary["updates"]),
                   wall_s=float(summary["wall_s"]), policy_lag_mean=float(lag), curve=curve,
                   final_returns=[float(x) for x in final],

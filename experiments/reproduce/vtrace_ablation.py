@@ -71,7 +71,7 @@ def parse_levels(corrections, lags, seeds) -> tuple[list[str], list[int], list[i
 
 def run_config(base: ImpalaConfig, correction: str, lag: int, seed: int) -> ImpalaConfig:
     return dataclasses.replace(
-        base, seed=seed, actor_refresh_period=lag, total_env_steps=FLAGS.env_steps,
+        base, seed=seed, correction=correction, actor_refresh_period=lag, total_env_steps=FLAGS.env_steps,
         eval_period=FLAGS.eval_period, eval_episodes=FLAGS.eval_episodes, eval_action="sample",
         solved_return=math.inf, checkpoint_period_s=1e9, log_period_s=30.0,
         run_dir=os.path.join(FLAGS.out_dir, f"{correction}_k{lag}", f"seed_{seed}"))
@@ -144,7 +144,7 @@ def main(argv):
         for lag in lags:
             for correction in corrections:
                 result = run_and_evaluate.run(
-                    "impala", run_config(base, correction, lag, seed), protocol, correction,
+                    "impala", run_config(base, correction, lag, seed), protocol,
                     print_fn=lambda *a, **k: None)
                 results.setdefault((correction, lag), []).append(result)
                 done += 1

@@ -64,10 +64,13 @@ def test_four_devices_equal_one(reduction, zero_stage):
     assert int(state_4.steps) == 4
 
 
-@pytest.mark.parametrize("num_devices", [1, 4])
+@pytest.mark.parametrize("num_devices,correction", [(1, "vtrace"), (4, "vtrace"), (1, "none"),
+                                                    (4, "is_1step")])
 @pytest.mark.parametrize("reduction", ["sum", "mean"])
-def test_logged_loss_terms_are_the_whole_batch_with_the_runs_reduction(reduction, num_devices):
-    config = dataclasses.replace(CONFIG, reduction=reduction)
+def test_logged_loss_terms_are_the_whole_batch_with_the_runs_reduction(reduction, num_devices,
+                                                                       correction):
+    """...and with the run's off-policy correction."""
+    config = dataclasses.replace(CONFIG, reduction=reduction, correction=correction)
     batch = random_unrolls(np.random.default_rng(1), 8)
     _, [metrics] = run_updates(config, jax.devices()[:num_devices], [batch])
     network = PolicyValueNetwork(A, "mlp", (("hidden_sizes", (16,)),))
@@ -79,7 +82,7 @@ def test_logged_loss_terms_are_the_whole_batch_with_the_runs_reduction(reduction
         logits[:-1], values, time_major["actions"], time_major["behaviour_logits"],
         time_major["rewards"], time_major["discounts"], time_major["episode_ends"],
         time_major["masks"], baseline_cost=config.baseline_cost,
-        entropy_cost=config.entropy_cost, reduction=reduction)
+        entropy_cost=config.entropy_cost, correction=correction, reduction=reduction)
     for name in ("loss", "pg_loss", "baseline_loss", "entropy_loss", "entropy"):
         np.testing.assert_allclose(metrics[name], expected[name], rtol=1e-4, err_msg=name)
 
