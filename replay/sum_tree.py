@@ -117,7 +117,8 @@ class SumTree:
         values = np.empty(nodes.shape, np.complex128)  # [n] (sum, min) of each leaf
         values.real = priorities
         values.imag = priorities
-        np.copyto(values.imag, np.inf, where=priorities == 0.0)  # The min skips zeros.
+        # Zero leaves hold +inf in the min tree, so the min is over non-zero priorities.
+        np.copyto(values.imag, np.inf, where=priorities == 0.0)
         self._nodes[nodes] = values
         # NumPy does not promise which of several values for one index a fancy assignment keeps.
         # Every leaf holding its own value again means no index had two different values (NaN,
