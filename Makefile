@@ -1,7 +1,8 @@
 # Two commands on a fresh machine:
 #   make run    set up .venv and run the main job
 #   make test   set up .venv (with test tools) and run the test suite
-# Also: make notebook (opens notebooks/vtrace.ipynb in JupyterLab), make bench.
+# Also: make notebook (opens notebooks/vtrace.ipynb in JupyterLab), make bench, make bench-peers
+# (the main job against Stable-Baselines3).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ JAX_VERSION := $(shell sed -n 's/^jax==//p' requirements.txt)
 # A GPU host (nvidia-smi lists a device) gets the CUDA 12 build of the same jax version.
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: setup setup-dev run test bench notebook clean
+.PHONY: setup setup-dev run test bench bench-peers notebook clean
 
 setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
@@ -46,6 +47,15 @@ bench: setup-dev
 	$(PY) benchmarks/bench_zero.py
 	$(PY) benchmarks/bench_apex_ray.py
 
+# The main job against Stable-Baselines3's DQN: the peer gets its own environment, .venv-peers.
+bench-peers: setup-dev .venv-peers/.sb3
+	$(PY) benchmarks/bench_main_job.py
+
+.venv-peers/.sb3: requirements-peer-sb3.txt
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/python -m pip install --quiet -r requirements-peer-sb3.txt
+	touch $@
+
 # JupyterLab is installed on first use only: the tests run the notebooks without it.
 notebook: setup-dev
 	$(PY) -m pip install --quiet jupyterlab==4.6.6
@@ -53,4 +63,4 @@ notebook: setup-dev
 	$(VENV)/bin/jupyter lab notebooks/vtrace.ipynb
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-peers build *.egg-info
