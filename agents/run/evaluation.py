@@ -95,11 +95,6 @@ def play_episodes(env: Any, policy: Callable, params: Any, rule: str = "greedy",
     return Episodes(returns, steps)
 
 
-def evaluate(env: Any, policy: Callable, params: Any) -> np.ndarray:
-    """Greedy `play_episodes`: the `[num_envs]` returns."""
-    return play_episodes(env, policy, params).returns
-
-
 @dataclasses.dataclass(frozen=True)
 class EvalProtocol:
     """How a checkpoint is evaluated (module docstring: the papers' choices).

@@ -1,9 +1,9 @@
 """Atari (or classic control) runs of Ape-X or IMPALA, scored as the papers score them.
 
     python experiments/reproduce/atari.py --agent=impala --games=Pong,Breakout \
-        --frames=200000000 --seeds=0,1,2 --flagfile=experiments/configs/impala_atari.cfg
+        --frames=200000000 --seeds=0,1,2 --config=experiments/configs/impala_atari.cfg
     python experiments/reproduce/atari.py --agent=apex --games=CartPole-v1 --frames=100000 \
-        --seeds=0,1 --flagfile=experiments/configs/apex_cartpole.cfg
+        --seeds=0,1 --config=experiments/configs/apex_cartpole.cfg
 
 Each game and seed trains in turn (one after another: a small machine runs one at a time)
 with the flagfile's settings, logging evaluations for the learning curve, and its final
@@ -45,7 +45,7 @@ flags.DEFINE_list("games", ["Pong"], "Atari games (Pong or Pong-v5) or envpool i
 flags.DEFINE_integer("frames", 200_000_000, "budget per run: emulator frames on Atari (4 per "
                      "agent step), env steps on classic control")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "seeds of each game")
-flags.DEFINE_string("flagfile_settings", None, "the agent's flagfile (default: "
+flags.DEFINE_string("config", None, "the agent's flagfile (default: "
                     "experiments/configs/<agent>_atari.cfg)")
 flags.DEFINE_string("out_dir", None, "results (default: runs/reproduce_<agent>)")
 flags.DEFINE_integer("eval_episodes", 30, "episodes of the final protocol evaluation")
@@ -139,7 +139,7 @@ def main(argv):
     del argv
     agent = FLAGS.agent
     config_cls = run_and_evaluate.AGENTS[agent][1]
-    flagfile = FLAGS.flagfile_settings or f"experiments/configs/{agent}_atari.cfg"
+    flagfile = FLAGS.config or f"experiments/configs/{agent}_atari.cfg"
     out_dir = FLAGS.out_dir or f"runs/reproduce_{agent}"
     try:
         seeds = [int(s) for s in FLAGS.seeds]

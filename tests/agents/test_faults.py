@@ -162,10 +162,12 @@ def test_resume_accepts_and_records_a_budget_or_step_size_change(finished_run, t
     printed = []
     config = apex_config(run_dir, resume=True, learning_rate=0.0005, total_env_steps=9_000)
     assert run_folder.prepare_run_folder(config, printed.append)
-    assert any("learning_rate: 0.001 -> 0.0005" in p for p in printed), printed
+    saved = json.load(open(run_dir / "config.json"))["learning_rate"]
+    assert saved != 0.0005
+    assert any(f"learning_rate: {saved} -> 0.0005" in p for p in printed), printed
     history = [json.loads(line) for line in open(run_dir / "config_history.jsonl")]
-    assert len(history) == 3 and history[-1]["changed"]["learning_rate"] == [0.001, 0.0005]
-    assert json.load(open(run_dir / "config.json"))["learning_rate"] == 0.001
+    assert len(history) == 3 and history[-1]["changed"]["learning_rate"] == [saved, 0.0005]
+    assert json.load(open(run_dir / "config.json"))["learning_rate"] == saved
 
 
 def test_resume_without_a_checkpoint_says_so(tmp_path):
@@ -359,10 +361,11 @@ def failing_after(n, original, message):
 THREADS = [
     ("apex learner", ApexAgent, apex_config, "learner", apex_learner, "sample_to_batch"),
     ("apex prefetch", ApexAgent, apex_config, "prefetch", PrioritizedReplay, "sample"),
-    ("apex evaluator", ApexAgent, apex_config, "evaluator", "agents.run.evaluation", "evaluate"),
+    ("apex evaluator", ApexAgent, apex_config, "evaluator", "agents.run.evaluation",
+     "play_episodes"),
     ("impala learner", ImpalaAgent, impala_config, "learner", impala_learner, "stack_unrolls"),
     ("impala evaluator", ImpalaAgent, impala_config, "evaluator", "agents.run.evaluation",
-     "evaluate"),
+     "play_episodes"),
 ]
 
 

@@ -19,7 +19,7 @@ def test_harness_end_to_end_and_a_finished_run_is_not_run_again(tmp_path, monkey
     out = tmp_path / "out"
     command = [sys.executable, os.path.join(REPRODUCE, "atari.py"), "--agent=impala",
                "--games=CartPole-v1", "--frames=3000", "--seeds=0,1", "--eval_episodes=4",
-               "--flagfile_settings=experiments/configs/impala_cartpole.cfg",
+               "--config=experiments/configs/impala_cartpole.cfg",
                f"--out_dir={out}", "--bootstrap_reps=200"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
