@@ -43,6 +43,27 @@ def test_harness_end_to_end_and_a_finished_run_is_not_run_again(tmp_path, monkey
     assert again == json.loads((out / "CartPole" / "seed_1" / "result.json").read_text())
 
 
+def test_harness_end_to_end_on_an_atari_game(tmp_path):
+    """Pong at a few thousand frames, two seeds: scores from the protocol's full games,
+    human-normalized against the data file, beside the paper's score."""
+    out = tmp_path / "out"
+    command = [sys.executable, os.path.join(REPRODUCE, "atari.py"), "--agent=impala",
+               "--games=Pong", "--frames=3000", "--seeds=0,1", "--eval_episodes=2",
+               "--config=experiments/configs/impala_pong_cpu.cfg", f"--out_dir={out}",
+               "--bootstrap_reps=200"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split(",") for line in (out / "scores.csv").read_text().splitlines()[1:]]
+    assert [r[0] for r in rows] == ["Pong", "Pong"]
+    for game, seed, frames, final_return, hns in rows:
+        assert int(frames) >= 3000 and -21 <= float(final_return) <= 21
+        # Pong: random -20.7, human 14.6 (the data file's references)
+        assert float(hns) == pytest.approx((float(final_return) + 20.7) / (14.6 + 20.7))
+    summary = (out / "summary.md").read_text()
+    assert "| Pong | 2 |" in summary and "optimality_gap" in summary
+    assert (out / "curves.png").stat().st_size > 0
+
+
 def test_the_budget_counts_frames_four_to_an_atari_step():
     from run_and_evaluate import agent_steps, env_id
 
