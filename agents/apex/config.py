@@ -106,6 +106,10 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
                              f"got {self.head_hidden_sizes}")
         self.check_network()
 
+    @property
+    def eval_rule(self) -> tuple[str, float]:
+        return "epsilon_greedy", self.eval_epsilon
+
     def _check_capacity(self) -> None:
         """Each shard must hold an actor's largest add (a local buffer that reached its size,
         plus one recv batch whose episode ends each emit up to n transitions); the replay must

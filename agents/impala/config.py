@@ -93,6 +93,10 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
         self.check_network()
 
     @property
+    def eval_rule(self) -> tuple[str, float]:
+        return self.eval_action, 0.0
+
+    @property
     def actors_in_run(self) -> int:
         """Actors of all processes: each runs num_actors."""
         return self.num_actors * self.num_processes

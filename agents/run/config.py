@@ -146,6 +146,11 @@ class RunConfig:
         return self.num_actors
 
     @property
+    def eval_rule(self) -> tuple[str, float]:
+        """(action rule, epsilon) of this agent's evaluation (`agents.run.evaluation`)."""
+        raise NotImplementedError
+
+    @property
     def num_envs(self) -> int:
         """All environments of all actors."""
         return self.num_actors * self.envs_per_actor

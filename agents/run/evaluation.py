@@ -161,10 +161,7 @@ def paper_protocol(agent: str, episodes: int = 30, greedy: bool = False,
 def config_protocol(config: Any) -> EvalProtocol:
     """The protocol of a training run's Evaluator: its config's episodes, no-ops and cap, and
     its agent's action rule (`eval_epsilon` for Ape-X, `eval_action` for IMPALA)."""
-    if hasattr(config, "eval_action"):
-        rule, epsilon = config.eval_action, 0.0
-    else:
-        rule, epsilon = "epsilon_greedy", getattr(config, "eval_epsilon", 0.0)
+    rule, epsilon = config.eval_rule
     return EvalProtocol(config.eval_episodes, rule, epsilon, max(1, config.noop_max),
                         config.max_episode_frames)
 
