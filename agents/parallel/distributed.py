@@ -31,6 +31,18 @@ def initialize(num_processes: int, process_id: int, coordinator_address: str) ->
                                coordinator_bind_address=coordinator_address)
 
 
+def shutdown(num_processes: int) -> None:
+    """Leaves the job together with the other processes (a no-op for one process).
+
+    Every process waits at the coordination service's shutdown barrier, so process 0, which
+    hosts the service, stops it only after the others have left. Without this call each process
+    leaves at interpreter exit on its own, and one still leaving when process 0's service is
+    gone is aborted by JAX (SIGABRT) although its run ended well.
+    """
+    if num_processes > 1:
+        jax.distributed.shutdown()
+
+
 def global_learner_devices(local_indices: tuple[int, ...]) -> list:
     """Every process's learner devices (`local_indices` into each one's local devices, empty:
     all), ordered by process, for one global mesh."""

@@ -174,3 +174,11 @@ class MultiProcessConfig:
         )
 
         distributed.initialize(self.num_processes, self.process_id, self.coordinator_address)
+
+    def shutdown_processes(self) -> None:
+        """Leaves the job with the other processes once this one's run ended well (one
+        process: nothing). A failed process skips it: the others learn of the failure from
+        the coordination service and stop too."""
+        from agents.parallel import distributed
+
+        distributed.shutdown(self.num_processes)

@@ -69,6 +69,8 @@ def make_main(config_cls: type, agent_cls: type) -> Callable[[list[str]], int]:
             _exit(1)
         if summary.get("checkpoint_failed"):
             _exit(1)
+        if isinstance(config, MultiProcessConfig):
+            config.shutdown_processes()
         _exit(130 if summary["interrupted"] else 0)
 
     return main

@@ -61,3 +61,4 @@ if __name__ == "__main__":
     assert jax.process_count() == 2 and len(devices) == 2 * jax.local_device_count()
     half = BATCH // 2
     np.save(out, train(devices, slice(process_id * half, (process_id + 1) * half)))
+    distributed.shutdown(2)
