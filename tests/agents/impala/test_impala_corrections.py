@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_impala_losses import log_softmax, reference_targets
 
 from agents.impala.losses import CORRECTIONS, EPSILON_CORRECTION, impala_loss
 
@@ -12,18 +13,13 @@ GAMMA = 0.9
 COSTS = dict(baseline_cost=0.5, entropy_cost=0.1)
 
 
-def log_softmax(z):
-    z = z - z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-
-
 def reference(z, v, actions, mu_logits, r, d, ends, masks, correction, rho_bar=1.0, c_bar=1.0,
               lam=1.0):
     """Loss, dL/dz [T, B, A] and dL/dv [T+1, B] of one correction, float64, step by step.
 
-    Targets: v_s = V(x_s) + sum_{t>=s} (prod_{i<t} d_i c_i) rho_t (r_t + d_t V(x_{t+1}) - V(x_t)),
-    the product stopped at an episode end and before a pseudo step; rho_t = c_t = 1 (times
-    lambda for c) without correction, clipped ratios for V-trace.
+    Targets: V-trace's explicit sum (`reference_targets`) with clipped ratios for V-trace, and
+    every ratio 1, unclipped, for the others; is_1step scales its own step's advantage by the
+    unclipped ratio.
     """
     T, B, _ = z.shape
     logp = log_softmax(z)
@@ -31,30 +27,19 @@ def reference(z, v, actions, mu_logits, r, d, ends, masks, correction, rho_bar=1
     logp_a = np.take_along_axis(logp, actions[..., None], -1)[..., 0]
     mu_a = np.take_along_axis(log_softmax(mu_logits), actions[..., None], -1)[..., 0]
     ratio = np.exp(logp_a - mu_a)  # [T, B]
-    vtrace = correction == "vtrace"
     loss, dz, dv = 0.0, np.zeros_like(z), np.zeros_like(v)
     for b in range(B):
-        cut = [bool(ends[t, b]) or (t + 1 < T and masks[t + 1, b] == 0) for t in range(T)]
-        rho = [min(rho_bar, ratio[t, b]) if vtrace else 1.0 for t in range(T)]
-        c = [lam * (min(c_bar, ratio[t, b]) if vtrace else 1.0) for t in range(T)]
-        delta = [rho[t] * (r[t, b] + d[t, b] * v[t + 1, b] - v[t, b]) for t in range(T)]
-        vs = np.empty(T)
-        for s in range(T):
-            total, weight = 0.0, 1.0
-            for t in range(s, T):
-                total += weight * delta[t]
-                if cut[t]:
-                    break
-                weight *= d[t, b] * c[t]
-            vs[s] = v[s, b] + total
+        if correction == "vtrace":
+            vs, advs = reference_targets(v[:, b], r[:, b], d[:, b], ends[:, b], masks[:, b],
+                                         ratio[:, b], lam, rho_bar, c_bar, 1.0)
+        else:
+            vs, advs = reference_targets(v[:, b], r[:, b], d[:, b], ends[:, b], masks[:, b],
+                                         np.ones(T), lam, np.inf, np.inf, np.inf)
+        if correction == "is_1step":
+            advs = advs * ratio[:, b]
         for s in range(T):
             m = masks[s, b]
-            next_target = v[s + 1, b] if (s == T - 1 or cut[s]) else vs[s + 1]
-            adv = r[s, b] + d[s, b] * next_target - v[s, b]
-            if vtrace:
-                adv *= min(1.0, ratio[s, b])
-            elif correction == "is_1step":
-                adv *= ratio[s, b]
+            adv = advs[s]
             onehot = np.eye(z.shape[-1])[actions[s, b]]
             pa = p[s, b, actions[s, b]]
             if correction == "epsilon":
