@@ -76,6 +76,7 @@ class Driver:
             runner.stop()  # re-raises the first thread failure, after stopping every thread
         self._report(logger, start, last)
         path = self._save("final")
+        GUARD.idle()
         if logger is not None:
             logger.close()
             plot_learning_curve(config.run_dir, target=config.solved_return)

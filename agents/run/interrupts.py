@@ -45,6 +45,11 @@ class InterruptGuard:
         """From now on every signal is only reported: the run is already stopping."""
         self._stopping = True
 
+    def idle(self) -> None:
+        """The run has ended: a signal raises `KeyboardInterrupt` again, as before it started
+        (a script that runs several runs in turn can be stopped between them)."""
+        self._on_signal, self.received, self._stopping = None, None, False
+
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         if self._stopping or self.received:

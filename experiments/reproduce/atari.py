@@ -39,6 +39,7 @@ from run_and_evaluate import agent_steps, env_id, frames_of, game_name
 from agents.run.envs import is_atari
 from agents.run.evaluation import paper_protocol
 from agents.run.flags import config_from_flagfile
+from agents.run.interrupts import GUARD
 
 flags.DEFINE_enum("agent", "impala", ["apex", "impala"], "which agent")
 flags.DEFINE_list("games", ["Pong"], "Atari games (Pong or Pong-v5) or envpool ids")
@@ -137,6 +138,10 @@ def write_scores(results: dict, refs: dict, path: str) -> None:
 
 def main(argv):
     del argv
+    # Ctrl-C or SIGTERM stops the run under way with a final checkpoint (the script resumes
+    # it when run again), also when the script was started in the background, where SIGINT
+    # would otherwise be ignored.
+    GUARD.install()
     agent = FLAGS.agent
     config_cls = run_and_evaluate.AGENTS[agent][1]
     flagfile = FLAGS.config or f"experiments/configs/{agent}_atari.cfg"

@@ -35,6 +35,7 @@ from agents.impala.config import ImpalaConfig
 from agents.impala.losses import CORRECTIONS
 from agents.run.evaluation import paper_protocol
 from agents.run.flags import config_from_flagfile
+from agents.run.interrupts import GUARD
 
 flags.DEFINE_list("corrections", list(CORRECTIONS), f"any of {CORRECTIONS}")
 flags.DEFINE_list("lags", ["1", "8", "16", "32"], "actor_refresh_period levels K (>= 1)")
@@ -135,6 +136,10 @@ def plot(cells: dict, corrections, lags, path: str) -> None:
 
 def main(argv):
     del argv
+    # Ctrl-C or SIGTERM stops the run under way with a final checkpoint (the script resumes
+    # it when run again), also when the script was started in the background, where SIGINT
+    # would otherwise be ignored.
+    GUARD.install()
     corrections, lags, seeds = parse_levels(FLAGS.corrections, FLAGS.lags, FLAGS.seeds)
     base = config_from_flagfile(ImpalaConfig, FLAGS.base_flagfile)
     protocol = paper_protocol("impala", episodes=FLAGS.final_episodes)

@@ -3,6 +3,7 @@ resumability, and the ablation's flags and summary."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -95,3 +96,30 @@ def test_ablation_flags_and_summary():
     assert "| 1 | vtrace | 2.0 | 2 |" in table and "| 1 | none | 2.0 | 1 |" in table
     np.testing.assert_allclose(cells["vtrace_k1"]["final"][0], 150.0)  # IQM of two = mean
     np.testing.assert_allclose(cells["none_k1"]["auc"], [10.0, 10.0, 10.0])
+
+
+def test_ctrl_c_stops_the_harness_with_a_checkpoint_also_in_the_background(tmp_path):
+    """A script started in the background inherits SIGINT ignored; the harness takes it over,
+    so Ctrl-C still stops the run under way with a checkpoint the next call resumes."""
+    out = tmp_path / "out"
+    command = [sys.executable, os.path.join(REPRODUCE, "atari.py"), "--agent=impala",
+               "--games=CartPole-v1", "--frames=100000000", "--seeds=0",
+               "--config=experiments/configs/impala_cartpole.cfg", f"--out_dir={out}"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                        signal.SIG_IGN))
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("[impala"):
+                proc.send_signal(signal.SIGINT)
+                break
+        seen.append(proc.communicate(timeout=120)[0])
+    finally:
+        proc.kill()
+    text = "".join(seen)
+    assert proc.returncode != 0, text
+    assert "interrupted (SIGINT): stopping threads and writing a checkpoint" in text, text
+    assert os.listdir(out / "CartPole" / "seed_0" / "checkpoints"), text
+    assert not (out / "CartPole" / "seed_0" / "result.json").exists()
