@@ -8,7 +8,6 @@ the training return (mean of the last 100 episodes, train.csv), the evaluations'
 (eval.csv), and the policy's entropy where the run logs one (IMPALA).
 """
 
-import csv
 import os
 
 import matplotlib
@@ -16,6 +15,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 from absl import app, flags  # noqa: E402
+
+from agents.run.logger import read_metrics  # noqa: E402
 
 flags.DEFINE_list("runs", None, "run folders (each with train.csv, and eval.csv once evaluated)")
 flags.DEFINE_list("labels", None, "a label per run (default: the folder names)")
@@ -29,16 +30,6 @@ PANELS = (("train", "episode_return", "training return (last 100 episodes)"),
           ("train", "entropy", "policy entropy"))
 
 
-def read_csv(run_dir: str, group: str) -> list[dict[str, float]]:
-    """The rows of `<run_dir>/<group>.csv` as floats ([] if the run never wrote it)."""
-    path = os.path.join(run_dir, f"{group}.csv")
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v not in ("", None)}
-                for row in csv.DictReader(f)]
-
-
 def main(argv):
     del argv
     labels = FLAGS.labels or [os.path.basename(os.path.normpath(r)) for r in FLAGS.runs]
@@ -50,7 +41,7 @@ def main(argv):
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
     for ax, (group, key, title) in zip(axes, PANELS):
         for run_dir, label in zip(FLAGS.runs, labels):
-            rows = [r for r in read_csv(run_dir, group) if key in r and "env_steps" in r]
+            rows = [r for r in read_metrics(run_dir, group) if key in r and "env_steps" in r]
             if rows:
                 ax.plot([r["env_steps"] * FLAGS.frame_skip for r in rows],
                         [r[key] for r in rows], marker="." if group == "eval" else None,

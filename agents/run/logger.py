@@ -64,15 +64,22 @@ class MetricsLogger:
             self._tb.close()
 
 
+def read_metrics(run_dir: str, group: str) -> list[dict[str, float]]:
+    """The rows `MetricsLogger` wrote to `<run_dir>/<group>.csv`, in order, as floats (a column
+    a row left empty is absent from it); [] if the run never wrote that group."""
+    path = os.path.join(run_dir, f"{group}.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)}
+                for row in csv.DictReader(f)]
+
+
 def plot_learning_curve(run_dir: str, x: str = "env_steps", y: str = "mean_return",
                         group: str = "eval", target: float | None = None) -> str | None:
     """Plots `y` against `x` from `<run_dir>/<group>.csv` into `learning_curve.png`, with a
     dashed line at `target` (e.g. the solved return) when it is finite."""
-    path = os.path.join(run_dir, f"{group}.csv")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        rows = [r for r in csv.DictReader(f) if r.get(x) and r.get(y)]
+    rows = [r for r in read_metrics(run_dir, group) if x in r and y in r]
     if not rows:
         return None
     import matplotlib
@@ -80,7 +87,7 @@ def plot_learning_curve(run_dir: str, x: str = "env_steps", y: str = "mean_retur
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([float(r[x]) for r in rows], [float(r[y]) for r in rows], marker=".")
+    ax.plot([r[x] for r in rows], [r[y] for r in rows], marker=".")
     if target is not None and math.isfinite(target):
         ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
         ax.legend(loc="lower right")

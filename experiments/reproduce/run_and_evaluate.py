@@ -6,7 +6,6 @@ not run again; one that was stopped resumes from its newest checkpoint (`--resum
 script that was interrupted picks up where it stopped.
 """
 
-import csv
 import dataclasses
 import json
 import os
@@ -21,6 +20,7 @@ from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
 from agents.run.envs import actor_env_settings, is_atari, make_env
 from agents.run.evaluation import FRAME_SKIP, EvalProtocol
+from agents.run.logger import read_metrics
 from agents.run.seeds import run_seeds
 
 AGENTS = {"apex": (ApexAgent, ApexConfig), "impala": (ImpalaAgent, ImpalaConfig)}
@@ -50,16 +50,6 @@ def frames_of(env_steps: float, env: str) -> float:
 def check_agent(agent: str) -> None:
     if agent not in AGENTS:
         raise ValueError(f"agent must be one of {tuple(AGENTS)}, got {agent!r}")
-
-
-def read_eval_csv(run_dir: str) -> list[dict[str, float]]:
-    """The evaluations a run logged (`eval.csv`), in order, as floats; [] if none."""
-    path = os.path.join(run_dir, "eval.csv")
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v not in ("", None)}
-                for row in csv.DictReader(f)]
 
 
 def protocol_evaluate(agent: Any, protocol: EvalProtocol, evaluation: int = 0) -> np.ndarray:
@@ -98,7 +88,7 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
         raise KeyboardInterrupt("the run was interrupted; run the script again to resume it")
     final = protocol_evaluate(agent, protocol) if protocol is not None else np.array([])
     curve = [dict(env_steps=row["env_steps"], mean_return=row["mean_return"])
-             for row in read_eval_csv(config.run_dir)]
+             for row in read_metrics(config.run_dir, "eval")]
     lag = getattr(agent.learner, "lag", {}).get("policy_lag_mean", float("nan"))
     result = dict(agent=agent_name, env=config.env, seed=config.seed,
                   correction=config.correction if isinstance(config, ImpalaConfig) else None,
