@@ -100,7 +100,7 @@ def test_ablation_flags_and_summary():
 
 def test_ctrl_c_stops_the_harness_with_a_checkpoint_also_in_the_background(tmp_path):
     """A script started in the background inherits SIGINT ignored; the harness takes it over,
-    so Ctrl-C still stops the run under way with a checkpoint the next call resumes."""
+    so Ctrl-C still stops the run under way, with a checkpoint and no result written."""
     out = tmp_path / "out"
     command = [sys.executable, os.path.join(REPRODUCE, "atari.py"), "--agent=impala",
                "--games=CartPole-v1", "--frames=100000000", "--seeds=0",
