@@ -5,7 +5,8 @@
 
 Three panels against emulator frames (agent steps x --frame_skip; 1 for classic control):
 the training return (mean of the last 100 episodes, train.csv), the evaluations' mean return
-(eval.csv), and the policy's entropy where the run logs one (IMPALA).
+(eval.csv), and the policy's entropy where a run logs one (IMPALA); a panel no run has data
+for is left out.
 """
 
 import os
@@ -30,28 +31,45 @@ PANELS = (("train", "episode_return", "training return (last 100 episodes)"),
           ("train", "entropy", "policy entropy"))
 
 
+def plot_runs(runs: list[str], labels: list[str], frame_skip: int, out: str) -> list[str]:
+    """Writes the curves of `runs` to the PNG `out`; returns the titles of the panels drawn.
+
+    A panel no run has data for (the entropy of Ape-X runs) is left out.
+    """
+    if len(labels) != len(runs):
+        raise ValueError(f"labels must name each of the {len(runs)} runs, got {len(labels)}")
+    if frame_skip < 1:
+        raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
+    panels = []  # (title, [(label, frames, values)])
+    for group, key, title in PANELS:
+        series = []
+        for run_dir, label in zip(runs, labels):
+            rows = [r for r in read_metrics(run_dir, group) if key in r and "env_steps" in r]
+            if rows:
+                series.append((label, [r["env_steps"] * frame_skip for r in rows],
+                               [r[key] for r in rows], group == "eval"))
+        if series:
+            panels.append((title, series))
+    if not panels:
+        raise ValueError(f"runs hold no train.csv or eval.csv rows to plot: {runs}")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels):
+        for label, frames, values, points in series:
+            ax.plot(frames, values, marker="." if points else None, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("frames" if frame_skip > 1 else "env steps")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return [title for title, _ in panels]
+
+
 def main(argv):
     del argv
     labels = FLAGS.labels or [os.path.basename(os.path.normpath(r)) for r in FLAGS.runs]
-    if len(labels) != len(FLAGS.runs):
-        raise ValueError(f"labels must name each of the {len(FLAGS.runs)} runs, got "
-                         f"{len(labels)}")
-    if FLAGS.frame_skip < 1:
-        raise ValueError(f"frame_skip must be >= 1, got {FLAGS.frame_skip}")
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
-    for ax, (group, key, title) in zip(axes, PANELS):
-        for run_dir, label in zip(FLAGS.runs, labels):
-            rows = [r for r in read_metrics(run_dir, group) if key in r and "env_steps" in r]
-            if rows:
-                ax.plot([r["env_steps"] * FLAGS.frame_skip for r in rows],
-                        [r[key] for r in rows], marker="." if group == "eval" else None,
-                        label=label)
-        ax.set_title(title)
-        ax.set_xlabel("frames" if FLAGS.frame_skip > 1 else "env steps")
-        ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(FLAGS.out, dpi=90)
+    plot_runs(FLAGS.runs, labels, FLAGS.frame_skip, FLAGS.out)
     print(f"wrote {FLAGS.out}")
 
 
