@@ -40,7 +40,7 @@ def plot_runs(runs: list[str], labels: list[str], frame_skip: int, out: str) -> 
         raise ValueError(f"labels must name each of the {len(runs)} runs, got {len(labels)}")
     if frame_skip < 1:
         raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
-    panels = []  # (title, [(label, frames, values)])
+    panels = []  # (title, [(label, frames, values, points?)]) of each panel with data
     for group, key, title in PANELS:
         series = []
         for run_dir, label in zip(runs, labels):
