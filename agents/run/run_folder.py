@@ -30,11 +30,16 @@ class UsageError(ValueError):
     not a bug, so the launcher prints the message without a traceback."""
 
 
+def _json_values(values: dict) -> dict:
+    """`values` as `config.json` holds them: tuples as lists, infinities as None."""
+    values = {k: (None if isinstance(v, float) and math.isinf(v) else v)
+              for k, v in values.items()}
+    return json.loads(json.dumps(values))
+
+
 def config_values(config: Any) -> dict:
     """The config as JSON values (tuples as lists, infinities as None), as `config.json` holds."""
-    values = {k: (None if isinstance(v, float) and math.isinf(v) else v)
-              for k, v in dataclasses.asdict(config).items()}
-    return json.loads(json.dumps(values))
+    return _json_values(dataclasses.asdict(config))
 
 
 def _check_writable(run_dir: str) -> None:
@@ -54,8 +59,9 @@ def _check_writable(run_dir: str) -> None:
 def config_changes(saved: dict, config: Any) -> tuple[dict, dict]:
     """(fixed, allowed): fields whose value differs from the saved config, as
     `{field: (old, new)}`, split by `config.RESUME_MAY_CHANGE`. Fields the saved config does not
-    record (added since) are not compared."""
-    fixed, allowed = {}, {}
+    record (added since) are not compared. A checkpoint's meta keeps infinities, which
+    compare as the None `config_values` writes for them."""
+    saved, fixed, allowed = _json_values(saved), {}, {}
     for name, new in config_values(config).items():
         if name not in saved or saved[name] == new:
             continue

@@ -170,6 +170,16 @@ def test_resume_accepts_and_records_a_budget_or_step_size_change(finished_run, t
     assert json.load(open(run_dir / "config.json"))["learning_rate"] == saved
 
 
+def test_an_unchanged_infinite_solved_return_is_not_reported_as_a_change(tmp_path):
+    # A checkpoint's meta keeps inf (JSON's Infinity); config.json writes it as None.
+    config = apex_config(tmp_path, solved_return=float("inf"))
+    saved = json.loads(json.dumps(dataclasses.asdict(config)))
+    assert run_folder.config_changes(saved, config) == ({}, {})
+    changed = dataclasses.replace(config, solved_return=20.0)
+    fixed, allowed = run_folder.config_changes(saved, changed)
+    assert not fixed and allowed == {"solved_return": (None, 20.0)}
+
+
 def test_resume_without_a_checkpoint_says_so(tmp_path):
     printed = []
     assert run_folder.prepare_run_folder(apex_config(tmp_path, resume=True),
