@@ -49,7 +49,8 @@ class Driver:
         self._last_eval = float("nan")
 
     def run(self, runner: ThreadRunner) -> dict:
-        """Runs until a stop condition; returns the run's summary."""
+        """Runs until a stop condition; returns the run's summary (the counters, `wall_s` of
+        this start and `run_wall_s` over every start since the run began)."""
         config = self.config
         logger = MetricsLogger(config.run_dir) if self.chief else None
         start = time.monotonic()
@@ -83,7 +84,8 @@ class Driver:
         summary = dict(self.stats.snapshot(), updates=self.learner.updates,
                        solved=self.evaluator.solved.is_set(),
                        interrupted=self.interrupted_by is not None,
-                       wall_s=time.monotonic() - start, checkpoint=path,
+                       wall_s=time.monotonic() - start,
+                       run_wall_s=self.stats.get("wall_ms") / 1000, checkpoint=path,
                        checkpoint_failed=self.chief and path is None,
                        eval_history=self.eval_history)
         self.print(f"done: solved={summary['solved']} env_steps={summary.get('env_steps', 0):,} "
@@ -122,8 +124,11 @@ class Driver:
         env_steps = snapshot.get("env_steps", 0)
         dt = max(now - last[0], 1e-9)
         fps, ups = (env_steps - last[1]) / dt, (updates - last[2]) / dt
+        # Wall time over every start of the run: a counter, so checkpoints carry it.
+        self.stats.add(wall_ms=round(dt * 1000))
         status = self.status()
-        row = dict(env_steps=env_steps, env_steps_per_s=fps, updates=updates,
+        row = dict(env_steps=env_steps, wall_s=self.stats.get("wall_ms") / 1000,
+                   env_steps_per_s=fps, updates=updates,
                    updates_per_s=ups, episode_return=snapshot["episode_return"],
                    eval_return=self._last_eval, **status, **self.learner.host_metrics())
         if logger is not None:

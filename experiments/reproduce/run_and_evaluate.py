@@ -73,8 +73,9 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
     """Trains `config` (resuming its run folder if it holds a checkpoint), evaluates the final
     parameters with `protocol` (None: no final evaluation), writes and returns the result.
 
-    The result holds the run's summary figures, its logged evaluations (`curve`: env steps and
-    mean return) and the protocol's episode returns (`final_returns`).
+    The result holds the run's summary figures (`wall_s`: training wall time over all its
+    starts), its logged evaluations (`curve`: env steps and mean return) and the protocol's
+    episode returns (`final_returns`).
     """
     check_agent(agent_name)
     path = os.path.join(config.run_dir, RESULT)
@@ -93,7 +94,7 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
     result = dict(agent=agent_name, env=config.env, seed=config.seed,
                   correction=config.correction if isinstance(config, ImpalaConfig) else None,
                   env_steps=int(summary.get("env_steps", 0)), updates=int(summary["updates"]),
-                  wall_s=float(summary["wall_s"]), policy_lag_mean=float(lag), curve=curve,
+                  wall_s=float(summary["run_wall_s"]), policy_lag_mean=float(lag), curve=curve,
                   final_returns=[float(x) for x in final],
                   protocol=dataclasses.asdict(protocol) if protocol else None)
     tmp = path + ".tmp"

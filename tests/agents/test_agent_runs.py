@@ -93,6 +93,7 @@ def test_resume_continues_with_identical_learner_state(kind, tmp_path):
             np.testing.assert_array_equal(restored[key], value, err_msg=key)
     more = resumed.run()
     assert more["updates"] > summary["updates"]
+    assert more["run_wall_s"] == pytest.approx(summary["wall_s"] + more["wall_s"], abs=0.1)
     assert more["env_steps"] >= 2 * kind.small["total_env_steps"]
 
 
