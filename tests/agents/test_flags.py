@@ -23,15 +23,25 @@ def test_every_field_is_a_flag_with_its_docstring_help(cls):
     assert config_from_flags(cls, flag_values) == cls()
 
 
-@pytest.mark.parametrize("name,cls", [
-    ("apex_cartpole", ApexConfig), ("apex_atari", ApexConfig), ("apex_atari_ray", ApexConfig),
-    ("impala_cartpole", ImpalaConfig), ("impala_atari", ImpalaConfig)])
-def test_flagfiles_parse_into_valid_configs(name, cls):
-    config = config_from_flagfile(cls, os.path.join(CONFIGS, f"{name}.cfg"))
+def load(name):
+    cls = ApexConfig if name.startswith("apex") else ImpalaConfig
+    return config_from_flagfile(cls, os.path.join(CONFIGS, f"{name}.cfg"))
+
+
+@pytest.mark.parametrize("name", sorted(f[:-4] for f in os.listdir(CONFIGS) if f.endswith(".cfg")))
+def test_flagfiles_parse_into_valid_configs(name):
+    config = load(name)
     assert config.env == ("CartPole-v1" if "cartpole" in name else "Pong-v5")
     if name == "apex_atari_ray":  # the paper's settings, from the flagfile it includes
         assert (config.backend, config.num_envs, config.replay_shards) == ("ray", 360, 4)
         assert (config.batch_size, config.replay_capacity) == (512, 2_000_000)
+
+
+def test_the_group_norm_pong_config_differs_from_its_base_in_the_norm_only():
+    base, group = load("impala_pong_cpu"), load("impala_pong_cpu_group_norm")
+    assert (group.norm, group.num_groups) == ("group", 8) and base.norm == "none"
+    assert dataclasses.replace(group, norm=base.norm, num_groups=base.num_groups,
+                               run_dir=base.run_dir) == base
 
 
 def test_paper_defaults():
