@@ -32,8 +32,11 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 run: setup
 	$(PY) experiments/run_apex.py --flagfile=experiments/configs/apex_cartpole.cfg
 
+# Two pytest-xdist workers: much of the suite is single-threaded (compiling, Python loops), so
+# two cores idle half the time under one worker. The Ray tests keep to one worker
+# (xdist_group "ray"). One file or test runs alone as usual: .venv/bin/python -m pytest FILE.
 test: setup-dev
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 bench: setup-dev
 	$(PY) benchmarks/bench_vtrace.py

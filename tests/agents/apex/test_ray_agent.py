@@ -12,6 +12,9 @@ from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
 from agents.run.flags import config_from_flagfile
 
+# Under pytest-xdist the Ray tests share one worker, so two local clusters never run at once.
+pytestmark = pytest.mark.xdist_group("ray")
+
 FLAGFILE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "experiments", "configs",
                         "apex_cartpole.cfg")
 

@@ -24,6 +24,9 @@ from agents.run.envs import actor_env_settings, env_info
 from agents.run.param_server import ParamServer
 from agents.run.stats import RunStats
 
+# Under pytest-xdist the Ray tests share one worker, so two local clusters never run at once.
+pytestmark = pytest.mark.xdist_group("ray")
+
 NUM = 40  # transitions, tagged 0..NUM-1 in obs[:, 0]
 CONFIG = ApexConfig(env="CartPole-v1", num_actors=2, envs_per_actor=2, actor_batch_size=1,
                     backend="ray", replay_capacity=64, min_replay_size=0, batch_size=32,
