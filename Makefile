@@ -32,11 +32,11 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 run: setup
 	$(PY) experiments/run_apex.py --flagfile=experiments/configs/apex_cartpole.cfg
 
-# One worker: on two pytest-xdist workers (`-n 2 --dist loadgroup`, the Ray tests kept to one
-# of them) the suite takes about half the time, but a signal-timing test failed once that way
-# (BUILD_NOTES), so CI stays serial until that is understood.
+# Two pytest-xdist workers: much of the suite is single-threaded (compiling, Python loops), so
+# under one worker the second core idles. The Ray tests keep to one worker (xdist_group "ray").
+# One file or test runs alone as usual: .venv/bin/python -m pytest FILE.
 test: setup-dev
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 bench: setup-dev
 	$(PY) benchmarks/bench_vtrace.py

@@ -262,20 +262,27 @@ def test_ctrl_c_stops_with_a_checkpoint_and_later_signals_do_not_interrupt_it(ag
          f"--run_dir={tmp_path}", "--total_env_steps=100000000", "--log_period_s=0.3",
          "--solved_return=inf"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen, interrupted = [], False
+    # A stop that hangs fails the test instead of hanging it.
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
+    seen, interrupted, joining = [], False, False
     try:
+        # Every line is read through this one loop: another reader (communicate) would miss
+        # the lines this file object has already read ahead. The actor threads' own join can
+        # print "joining" before the driver's "interrupted" line.
         for line in proc.stdout:
             seen.append(line)
             if line.startswith(f"[{agent}") and not interrupted:
                 proc.send_signal(signal.SIGINT)
                 interrupted = True
-            if line.startswith("joining"):
+            if line.startswith("joining") and not joining:
+                joining = True
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
                     proc.send_signal(sig)  # as GNU timeout does to the process group
                     time.sleep(0.1)
-                break
-        seen.append(proc.communicate(timeout=90)[0])
+        proc.wait(timeout=30)
     finally:
+        watchdog.cancel()
         proc.kill()
     out = "".join(seen)
     assert proc.returncode == 130, out

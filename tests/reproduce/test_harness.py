@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -108,15 +109,18 @@ def test_ctrl_c_stops_the_harness_with_a_checkpoint_also_in_the_background(tmp_p
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT,
                                                                         signal.SIG_IGN))
-    seen = []
+    watchdog = threading.Timer(120, proc.kill)  # a stop that hangs fails instead of hanging
+    watchdog.start()
+    seen, interrupted = [], False
     try:
-        for line in proc.stdout:
+        for line in proc.stdout:  # one reader: lines read ahead are never lost to another
             seen.append(line)
-            if line.startswith("[impala"):
+            if line.startswith("[impala") and not interrupted:
                 proc.send_signal(signal.SIGINT)
-                break
-        seen.append(proc.communicate(timeout=120)[0])
+                interrupted = True
+        proc.wait(timeout=30)
     finally:
+        watchdog.cancel()
         proc.kill()
     text = "".join(seen)
     assert proc.returncode != 0, text
