@@ -25,6 +25,12 @@ s_t's 4 frames are found (written with s_t as the next obs n steps earlier), s_{
 new frame; an episode of L steps stores about L + 1 frames. The table must hold the
 stack + n - 1 newest distinct frames, so n <= 29 for stacks of 4.
 
+Batches. A write first groups the batch's frames by (stream, hash) (`prepare`, outside the
+replay's lock) and checks that every frame of a group equals the group's first byte for byte;
+then each group is looked up once and stored once, or reused, with the byte checks, the ring
+write and the seqs as array operations. Only a batch holding two different frames of one stream
+with one hash goes frame by frame (`_store_one_by_one`), each looked up and compared alone.
+
 Recency. A slot dies when the ring overwrites its oldest frame. Reusing an old frame (a stream
 that shows the same black screen for a long time) would tie new slots to it, so a frame is
 reused only if among the newest `frame_capacity // 4` frames; an older one is stored again. It
@@ -40,8 +46,9 @@ Sampling gathers `frames[seq % frame_capacity]`. Channels-first stacks (`stack_a
 envpool's layout) come out of one `np.take` per field; channels-last ones (`stack_axis=-1`) are
 written stack position by stack position into the output, a byte-interleaving copy about 4x
 slower (gather of 512 transitions here: 3 ms vs 11.5 ms), so prefer `stack_axis=0` and
-transpose on the device. Adds cost about 25 us a transition (35-40K/s on this 2-core machine,
-benchmarks/bench_replay.py), bound by memory traffic: hashing and byte-comparing ~100 KB.
+transpose on the device. Adds are bound by memory traffic (hashing and byte-comparing frames)
+and, while a fresh ring fills, by the page faults of its first writes, several times slower
+(`benchmarks/bench_replay.py` times adds).
 """
 
 from typing import Any, NamedTuple, Sequence
@@ -59,14 +66,46 @@ _EMPTY = np.iinfo(np.int64).max  # `_oldest` of a slot that references no frame
 _HASH_WEIGHTS = np.random.default_rng(0x5EED).integers(1, 2**63, 8192, np.uint64) | np.uint64(1)
 
 
+def _group_frames(streams: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Groups frames by (stream, hash): `(group [F], first [U])`, groups numbered in the order of
+    their first frame, `first` the number of each group's first frame."""
+    order = np.lexsort((keys, streams))  # stable: equal pairs stay in frame order
+    s, k = streams[order], keys[order]
+    starts = np.ones(len(order), bool)
+    starts[1:] = (s[1:] != s[:-1]) | (k[1:] != k[:-1])
+    first = order[starts]  # the first frame of each group, groups in (stream, hash) order
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))  # renumber by first frame
+    group = np.empty(len(order), np.int64)
+    group[order] = rank[np.cumsum(starts) - 1]
+    return group, np.sort(first)
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """bool `[N]`: frame `a[i]` equals `b[i]` byte for byte (`[N, H, W]` uint8 each)."""
+    row = int(np.prod(a.shape[1:]))
+    a, b = a.reshape(len(a), row), b.reshape(len(b), row)
+    if a.shape[1] % 8 == 0:  # compare 8 bytes at a time
+        a, b = a.view(np.uint64), b.view(np.uint64)
+    return (a == b).all(axis=1)
+
+
 class PreparedFrames(NamedTuple):
-    """A validated batch with its frame hashes, made outside the replay's lock by `prepare`."""
+    """A validated batch with its frame hashes, made outside the replay's lock by `prepare`.
+
+    The batch's F = B * 2 * stack frames are numbered row by row (a row's obs stack, then its
+    next-obs stack). Frames of one stream with equal hashes form a group; groups are numbered
+    in the order of their first frame.
+    """
 
     obs: np.ndarray  # uint8 [B, stack, H, W]
     next_obs: np.ndarray  # uint8 [B, stack, H, W]
     keys: np.ndarray  # uint64 [B, 2 * stack] frame hashes
     streams: np.ndarray  # int [B]
     plain: dict[str, np.ndarray]  # the other fields, [B, ...]
+    group: np.ndarray  # int64 [F] the group of each frame
+    first: np.ndarray  # int64 [U] the first frame of each group
+    groups_exact: bool  # every frame equals its group's first byte for byte (no collision)
 
 
 class FrameHandle(NamedTuple):
@@ -190,7 +229,22 @@ class FrameStackStorage:
         obs, next_obs = (self._to_frames(transitions[f]) for f in self.obs_fields)
         keys = np.concatenate([self._hash(obs), self._hash(next_obs)], 1)  # [B, 2 * stack]
         plain = {k: v for k, v in transitions.items() if k not in self.obs_fields}
-        return PreparedFrames(obs, next_obs, keys, streams, plain)
+        group, first = _group_frames(np.repeat(streams, per_row), keys.reshape(-1))
+        repeats = np.flatnonzero(first[group] != np.arange(len(group)))
+        exact = _rows_equal(self._batch_frames(obs, next_obs, repeats),
+                            self._batch_frames(obs, next_obs, first[group[repeats]])).all()
+        return PreparedFrames(obs, next_obs, keys, streams, plain, group, first, bool(exact))
+
+    def _batch_frames(self, obs: np.ndarray, next_obs: np.ndarray,
+                      index: np.ndarray) -> np.ndarray:
+        """Copies `[len(index), H, W]` of a batch's frames by their numbers (class doc of
+        `PreparedFrames`)."""
+        row, pos = np.divmod(index, 2 * self.stack)
+        out = np.empty((len(index),) + self.frame_shape, np.uint8)
+        in_obs = pos < self.stack
+        out[in_obs] = obs[row[in_obs], pos[in_obs]]
+        out[~in_obs] = next_obs[row[~in_obs], pos[~in_obs] - self.stack]
+        return out
 
     def write(self, slots: np.ndarray, transitions: dict[str, np.ndarray],
               streams: np.ndarray | None) -> np.ndarray:
@@ -204,13 +258,61 @@ class FrameStackStorage:
           int64 `[K]` other slots whose frames this write overwrote in the ring (to evict).
         """
         slots = np.asarray(slots, np.int64)
-        obs, next_obs, keys, streams = prepared.obs, prepared.next_obs, prepared.keys, \
-            prepared.streams
-        batch, per_row = len(slots), 2 * self.stack
-        if batch != len(streams):
-            raise ValueError(f"slots has {batch} entries for a prepared batch of {len(streams)}")
+        batch = len(slots)
+        if batch != len(prepared.streams):
+            raise ValueError(f"slots has {batch} entries for a prepared batch of "
+                             f"{len(prepared.streams)}")
         if self._plain is not None:
             self._plain.write_prepared(slots, prepared.plain)
+        store = self._store_groups if prepared.groups_exact else self._store_one_by_one
+        seqs = store(prepared).reshape(batch, 2, self.stack)
+        self.slot_seqs[slots] = seqs
+        oldest = seqs.min(axis=(1, 2))  # [B]
+        self._oldest[slots] = oldest
+        self._min_oldest = min(self._min_oldest, int(oldest.min(initial=_EMPTY)))
+        return self._evict(self.frames_written - self.frame_capacity)
+
+    def _store_groups(self, prepared: "PreparedFrames") -> np.ndarray:
+        """Stores each group of the batch once, or reuses a recent ring frame equal to it;
+        returns int64 `[F]` seqs. For batches whose groups are exact (`prepare`).
+
+        One table lookup per group; the byte checks and the ring write are array operations.
+        Reused frames must be at least `floor`: recent, and surviving the whole write (a bound
+        at least as strict as `_store_one_by_one`'s per row)."""
+        streams = prepared.streams
+        batch, per_row = len(streams), 2 * self.stack
+        ring, size, written = self.frames, self.frame_capacity, self.frames_written
+        floor = max(written - self._reuse_window, written + per_row * batch - size, 0)
+        first = prepared.first
+        first_streams = streams[first // per_row].tolist()
+        first_keys = prepared.keys.reshape(-1)[first].tolist()
+        found = np.array([self._tables.get(stream, {}).get(key, -1)
+                          for stream, key in zip(first_streams, first_keys)], np.int64)
+        reuse = np.flatnonzero(found >= floor)
+        reuse = reuse[_rows_equal(ring[found[reuse] % size], self._batch_frames(
+            prepared.obs, prepared.next_obs, first[reuse]))]  # a collision stores the frame
+        new = np.ones(len(first), bool)
+        new[reuse] = False
+        new = np.flatnonzero(new)  # in order of first frame, like the one-by-one path
+        group_seqs = found
+        group_seqs[new] = written + np.arange(len(new))
+        ring[group_seqs[new] % size] = self._batch_frames(prepared.obs, prepared.next_obs,
+                                                          first[new])
+        self.frames_written = written + len(new)
+        for g in new.tolist():
+            table = self._tables.setdefault(first_streams[g], {})
+            table.pop(first_keys[g], None)  # re-insert as the newest entry
+            table[first_keys[g]] = int(group_seqs[g])
+            if len(table) > _TABLE_SIZE:
+                del table[next(iter(table))]
+        return group_seqs[prepared.group]
+
+    def _store_one_by_one(self, prepared: "PreparedFrames") -> np.ndarray:
+        """Frame by frame, each looked up and compared alone: the exact path when two frames of
+        one stream in the batch share a hash but not their bytes. Returns int64 `[F]` seqs."""
+        obs, next_obs, keys, streams = prepared.obs, prepared.next_obs, prepared.keys, \
+            prepared.streams
+        batch, per_row = len(streams), 2 * self.stack
         ring, size, tables = self.frames, self.frame_capacity, self._tables
         written, window = self.frames_written, self._reuse_window
         seqs = []
@@ -235,12 +337,7 @@ class FrameStackStorage:
                         del table[next(iter(table))]
                 seqs.append(seq)
         self.frames_written = written
-        seqs = np.array(seqs, np.int64).reshape(batch, 2, self.stack)
-        self.slot_seqs[slots] = seqs
-        oldest = seqs.min(axis=(1, 2))  # [B]
-        self._oldest[slots] = oldest
-        self._min_oldest = min(self._min_oldest, int(oldest.min(initial=_EMPTY)))
-        return self._evict(written - size)
+        return np.array(seqs, np.int64)
 
     def _evict(self, threshold: int) -> np.ndarray:
         """Marks dead, and returns, the slots referencing a seq below `threshold`."""

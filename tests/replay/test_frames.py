@@ -353,3 +353,32 @@ def test_reused_frames_are_recent_and_survive_the_write_that_reuses_them():
     storage.write(np.array([1]), *batch_of([still]))
     assert storage.frames_written == head + 1
     assert storage.slot_seqs[1].min() == head
+
+
+def test_frames_sharing_a_hash_but_not_their_bytes_are_both_stored(monkeypatch):
+    """Frames hashed by their first byte only. Against the ring (an older frame with the hash)
+    the batch still takes the grouped path and stores the new frame; within one batch and
+    stream it takes the one-by-one path. Every stack gathers back bit for bit."""
+    monkeypatch.setattr(FrameStackStorage, "_hash",
+                        lambda self, frames: frames[..., 0, 0].astype(np.uint64))
+    rng = np.random.default_rng(10)
+
+    def stack(first_bytes):
+        frames = rng.integers(0, 256, (STACK, H, W), np.uint8)
+        frames[:, 0, 0] = first_bytes
+        return frames
+
+    def transition(first_bytes):
+        return dict(obs=stack(first_bytes), action=0, reward=0.0, discount=1.0,
+                    next_obs=stack(np.add(first_bytes, STACK)))
+
+    c = Checked(make(16))
+    c.write([(0, transition([0, 1, 2, 3]))])
+    later = [(0, transition([0, 1, 2, 3]))]  # the same hashes as the ring's frames
+    assert c.storage.prepare(*batch_of(later)).groups_exact
+    c.write(later)
+    assert c.storage.frames_written == 16
+    clash = [(1, transition([9, 9, 9, 9]))]  # four distinct frames, one hash, one stream
+    assert not c.storage.prepare(*batch_of(clash)).groups_exact
+    c.write(clash)
+    assert c.storage.frames_written == 16 + 8
