@@ -68,8 +68,9 @@ def make_actor(config: ApexConfig, info: EnvInfo, actor_id: int, policy: Callabl
     epsilons = exploration_epsilons(config.num_envs, config.epsilon_base,
                                     config.epsilon_alpha)[own]
     settings = actor_env_settings(config, actor_id, restart)
+    # Envpool and the jitted policy produce well-formed arrays: no per-step argument checks.
     builder = NStepBuilder(config.envs_per_actor, config.n_step, config.discount,
-                           info.obs_shape, info.obs_dtype)
+                           info.obs_shape, info.obs_dtype, check_inputs=False)
     return ApexActor(actor_id, lambda: make_env(settings), policy, epsilons, builder, replay,
                      param_server, stats, config.local_buffer_size, config.actor_update_period,
                      seed=run_seeds(config).exploration(actor_id, restart),

@@ -108,10 +108,11 @@ def random_stream(rng, num_envs, steps, num_actions, obs_shape, max_len=6, dtype
 
 @pytest.mark.parametrize("n, gamma, num_envs", [(3, 0.9, 5), (1, 0.99, 3), (4, 0.5, 1),
                                                 (2, 1.0, 4), (3, 0.0, 2)])
-def test_matches_reference_on_random_interleaved_streams(n, gamma, num_envs):
+@pytest.mark.parametrize("check_inputs", [True, False])  # actors build without the checks
+def test_matches_reference_on_random_interleaved_streams(n, gamma, num_envs, check_inputs):
     rng = np.random.default_rng(n * 10 + num_envs)
     obs_shape = (2, 3)
-    builder = NStepBuilder(num_envs, n, gamma, obs_shape, np.float32)
+    builder = NStepBuilder(num_envs, n, gamma, obs_shape, np.float32, check_inputs=check_inputs)
     reference = ReferenceNStep(n, gamma)
     emitted = 0
     for batch in random_stream(rng, num_envs, 300, 4, obs_shape):
