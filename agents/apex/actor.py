@@ -84,13 +84,32 @@ class ApexActor:
         self._replay.add(transitions, np.concatenate(parts[1]), np.concatenate(parts[2]))
         self._local, self._local_count = [], 0
 
+    def _record(self, returns: EpisodeReturns, stream_offset: int, env_ids, obs, reward,
+                terminated, truncated, first, q_values, actions) -> None:
+        """Feeds one recv batch, with the Q-values and actions sent for it, to the n-step
+        builder, the local buffer (flushed into the replay when full) and the episode returns."""
+        emitted = self._builder.step(env_ids, obs, reward, terminated, truncated, first,
+                                     q_values, actions)
+        if emitted is not None:
+            transitions, priorities, streams = emitted
+            self._local.append((transitions, priorities, streams + stream_offset))
+            self._local_count += len(priorities)
+            if self._local_count >= self._local_buffer_size:
+                self._flush()
+        returns.step(env_ids, reward, terminated | truncated)
+
     def run(self, stop: threading.Event) -> None:
+        """Acts until `stop`. Each recv batch is recorded while the policy computes the next
+        one: JAX dispatches the jitted policy and returns at once, so the n-step builder and
+        the replay add run on the host while XLA's threads evaluate the network, instead of
+        after it (the batch's transitions reach the replay one recv later)."""
         env = self._make_env()
         num_envs = len(self._epsilons)
         stream_offset = self.actor_id * num_envs
         returns = EpisodeReturns(num_envs, self._stats)
         version, params = self._param_server.latest(self._device_index)
         steps_since_pull = 0
+        recorded = None  # the previous recv batch with its Q-values and actions
         env.async_reset()
         try:
             while not stop.is_set():
@@ -99,19 +118,14 @@ class ApexActor:
                 if steps_since_pull >= self._update_period * num_envs:
                     version, params = self._param_server.latest(self._device_index)
                     steps_since_pull = 0
-                q_values = np.asarray(self._policy(params, obs))
+                q_pending = self._policy(params, obs)  # dispatched, not yet computed
+                if recorded is not None:
+                    self._record(returns, stream_offset, *recorded)
+                q_values = np.asarray(q_pending)
                 actions = epsilon_greedy(q_values, self._epsilons[env_ids], self._rng)
-                env.send(actions, env_ids)  # envpool steps these envs while we build transitions
-                emitted = self._builder.step(
-                    env_ids, obs, reward, terminated, truncated, info["elapsed_step"] == 0,
-                    q_values, actions)
-                if emitted is not None:
-                    transitions, priorities, streams = emitted
-                    self._local.append((transitions, priorities, streams + stream_offset))
-                    self._local_count += len(priorities)
-                    if self._local_count >= self._local_buffer_size:
-                        self._flush()
-                returns.step(env_ids, reward, terminated | truncated)
+                env.send(actions, env_ids)
+                recorded = (env_ids, obs, reward, terminated, truncated,
+                            info["elapsed_step"] == 0, q_values, actions)
                 steps_since_pull += len(env_ids)
         finally:
             env.close()

@@ -75,11 +75,30 @@ class ImpalaActor:
         self._key = jax.random.PRNGKey(seed)
         self._device_index, self._refresh_period = device_index, refresh_period
 
+    def _record(self, returns: EpisodeReturns, stop: threading.Event, env_ids, obs, reward,
+                terminated, truncated, actions, logits, version) -> bool:
+        """Feeds one recv batch, with what the policy sent for it, to the unroll builder and the
+        episode returns, and puts the unrolls it completes; False if the run stopped while the
+        queue was full."""
+        done = self._builder.step(env_ids, obs, reward, terminated, truncated, actions, logits,
+                                  version)
+        returns.step(env_ids, reward, terminated | truncated)
+        if done is not None:
+            for unroll in split_unrolls(done):
+                if not put_until_stopped(self._unrolls, unroll, stop):
+                    return False
+        return True
+
     def run(self, stop: threading.Event) -> None:
+        """Acts until `stop`. Each recv batch is recorded while the policy computes the next
+        one: JAX dispatches the jitted policy and returns at once, so the unroll builder and the
+        queue run on the host while XLA's threads evaluate the network, instead of after it
+        (an unroll reaches the queue one recv later)."""
         env = self._make_env()
         returns = EpisodeReturns(self._builder.num_envs, self._stats)
         env.async_reset()
         step, version, params = 0, 0, None
+        recorded = None  # the previous recv batch with its actions, logits and version
         try:
             while not stop.is_set():
                 obs, reward, terminated, truncated, info = env.recv()
@@ -87,16 +106,13 @@ class ImpalaActor:
                 latest = self._param_server.latest(self._device_index)
                 if params is None or latest[0] >= version + self._refresh_period:
                     version, params = latest
-                actions, logits = self._policy(params, obs, self._key, step)
-                actions, logits = np.asarray(actions), np.asarray(logits)
+                pending = self._policy(params, obs, self._key, step)  # dispatched, not computed
+                if recorded is not None and not self._record(returns, stop, *recorded):
+                    return
+                actions, logits = (np.asarray(x) for x in pending)
                 env.send(actions, env_ids)
                 step += 1
-                done = self._builder.step(env_ids, obs, reward, terminated, truncated, actions,
-                                          logits, version)
-                if done is not None:
-                    for unroll in split_unrolls(done):
-                        if not put_until_stopped(self._unrolls, unroll, stop):
-                            return
-                returns.step(env_ids, reward, terminated | truncated)
+                recorded = (env_ids, obs, reward, terminated, truncated, actions, logits,
+                            version)
         finally:
             env.close()
