@@ -2,7 +2,7 @@
 
 - actor: frames/s of the full actor (epsilon-greedy, n-step builder and priorities, local buffer,
   replay adds into frame storage) against a bare loop of the same envpool config and the same
-  jitted Nature-torso policy that only acts. Target: ratio >= 0.9.
+  jitted Nature-torso policy that only acts. Target: ratio >= 0.95.
 - learner: updates/s of the full learner (prefetch thread sampling the replay, host-to-device
   transfer, update, priority write-back, parameter publish) against the bare jitted update on a
   batch already on the device. Target: ratio >= 0.9.
@@ -22,13 +22,11 @@ import jax
 import numpy as np
 
 from agents.parallel import sharding
-from agents.apex.actor import ApexActor, exploration_epsilons
 from agents.apex.agent import ApexAgent
-from agents.apex.builder import make_network, make_replay
+from agents.apex.builder import make_actor, make_network, make_replay
 from agents.apex.config import ApexConfig
 from agents.apex.learner import ApexLearner, init_state, make_optimizer, make_update
-from agents.apex.nstep import NStepBuilder
-from agents.run.envs import actor_env_settings, env_info, make_env
+from agents.run.envs import actor_env_settings, env_info
 from agents.run.param_server import ParamServer
 from agents.run.stats import RunStats
 
@@ -39,12 +37,10 @@ ATARI = ApexConfig(env="Pong-v5", num_actors=1, envs_per_actor=16, actor_batch_s
 
 def full_actor_fps(config, policy, param_server, info, seconds):
     replay, stats = make_replay(config, info), RunStats()
-    actor = ApexActor(0, lambda: make_env(actor_env_settings(config, 0)), policy,
-                      exploration_epsilons(config.envs_per_actor), NStepBuilder(
-                          config.envs_per_actor, config.n_step, config.discount,
-                          info.obs_shape, info.obs_dtype),
-                      replay, param_server, stats, config.local_buffer_size,
-                      config.actor_update_period, seed=0)
+    # A run's steady state: the replay full, so every page of its frame ring is mapped. A fresh
+    # ring costs a page fault per 4 KB written, which a run pays for its first fill only.
+    fill_replay(replay, info, config.replay_capacity, np.random.default_rng(0))
+    actor = make_actor(config, info, 0, policy, replay, param_server, stats)  # as the agent's
     stop = threading.Event()
     thread = threading.Thread(target=actor.run, args=(stop,))
     thread.start()
@@ -54,7 +50,6 @@ def full_actor_fps(config, policy, param_server, info, seconds):
     fps = (stats.get("env_steps") - before) * 4 / (time.perf_counter() - start)
     stop.set()
     thread.join()
-    assert len(replay) > 0
     return fps
 
 
@@ -72,7 +67,7 @@ def actor_part(seconds):
         full.append(full_actor_fps(config, policy, server, info, seconds))
     ratio = statistics.median(full) / statistics.median(bare)
     return [["actor frames/s (Pong, Nature, 16 envs, batch 8)", statistics.median(full),
-             statistics.median(bare), ratio, "met" if ratio >= 0.9 else "missed"]]
+             statistics.median(bare), ratio, timing.verdict(ratio, 0.95)]]
 
 
 def learner_part(seconds):
@@ -114,7 +109,7 @@ def learner_part(seconds):
         t.join()
     ratio = full_ups / bare_ups
     return [[f"learner updates/s (Nature, batch {config.batch_size})", full_ups, bare_ups, ratio,
-             "met" if ratio >= 0.9 else "missed"]]
+             timing.verdict(ratio, 0.9)]]
 
 
 def cartpole_part():
@@ -129,7 +124,7 @@ def main():
     if "learner" in parts:
         rows += learner_part(seconds)
     if rows:
-        timing.print_table(["path", "full", "bare", "ratio full/bare", "target >= 0.9"], rows)
+        timing.print_table(["path", "full", "bare", "ratio full/bare", "target"], rows)
     if "cartpole" in parts:
         runs = cartpole_part()
         print(f"CartPole to solved (median of 3 seeds): wall "

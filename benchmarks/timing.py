@@ -46,6 +46,11 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], *, repeats: int,
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def verdict(ratio: float, target: float) -> str:
+    """The table cell for a ratio that must be at least `target`."""
+    return f">= {target}: " + ("met" if ratio >= target else "**missed**")
+
+
 def print_table(header: list[str], rows: list[list[object]]) -> None:
     """Prints rows as a Markdown table (pasteable into BUILD_NOTES.md)."""
     cells = [header] + [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
