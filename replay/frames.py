@@ -105,6 +105,7 @@ class PreparedFrames(NamedTuple):
     plain: dict[str, np.ndarray]  # the other fields, [B, ...]
     group: np.ndarray  # int64 [F] the group of each frame
     first: np.ndarray  # int64 [U] the first frame of each group
+    first_frames: np.ndarray  # uint8 [U, H, W] a copy of each group's first frame
     groups_exact: bool  # every frame equals its group's first byte for byte (no collision)
 
 
@@ -230,10 +231,13 @@ class FrameStackStorage:
         keys = np.concatenate([self._hash(obs), self._hash(next_obs)], 1)  # [B, 2 * stack]
         plain = {k: v for k, v in transitions.items() if k not in self.obs_fields}
         group, first = _group_frames(np.repeat(streams, per_row), keys.reshape(-1))
+        # Copied once here, outside the lock: the checks below and the ring write read them.
+        first_frames = self._batch_frames(obs, next_obs, first)
         repeats = np.flatnonzero(first[group] != np.arange(len(group)))
         exact = _rows_equal(self._batch_frames(obs, next_obs, repeats),
-                            self._batch_frames(obs, next_obs, first[group[repeats]])).all()
-        return PreparedFrames(obs, next_obs, keys, streams, plain, group, first, bool(exact))
+                            first_frames[group[repeats]]).all()
+        return PreparedFrames(obs, next_obs, keys, streams, plain, group, first, first_frames,
+                              bool(exact))
 
     def _batch_frames(self, obs: np.ndarray, next_obs: np.ndarray,
                       index: np.ndarray) -> np.ndarray:
@@ -289,15 +293,14 @@ class FrameStackStorage:
         found = np.array([self._tables.get(stream, {}).get(key, -1)
                           for stream, key in zip(first_streams, first_keys)], np.int64)
         reuse = np.flatnonzero(found >= floor)
-        reuse = reuse[_rows_equal(ring[found[reuse] % size], self._batch_frames(
-            prepared.obs, prepared.next_obs, first[reuse]))]  # a collision stores the frame
+        # A ring frame with the hash but other bytes (a collision) is not reused.
+        reuse = reuse[_rows_equal(ring[found[reuse] % size], prepared.first_frames[reuse])]
         new = np.ones(len(first), bool)
         new[reuse] = False
         new = np.flatnonzero(new)  # in order of first frame, like the one-by-one path
         group_seqs = found
         group_seqs[new] = written + np.arange(len(new))
-        ring[group_seqs[new] % size] = self._batch_frames(prepared.obs, prepared.next_obs,
-                                                          first[new])
+        ring[group_seqs[new] % size] = prepared.first_frames[new]
         self.frames_written = written + len(new)
         for g in new.tolist():
             table = self._tables.setdefault(first_streams[g], {})
