@@ -6,11 +6,15 @@
   free (samples_per_insert=0), so each side shows what it gets beside the other. Held: the
   CartPole config's samples_per_insert=4 ties updates to env steps, so one ratio is the whole
   cost of the engine.
+- in_flight: the CartPole config's Ray run as the tests run it (2 shards, held at its own
+  samples_per_insert), with the learner's batch requests one at a time
+  (ray_samples_in_flight=1) against the default, alternated: env frames/s, updates/s and the
+  share of the time the learner waited for a batch.
 - shards: batches/s of `ShardedReplay.sample(512)` plus the priority write-back, over 1, 2 and
   4 shards holding 20K Pong transitions between them, against the same on one in-process
   `PrioritizedReplay`.
 
-    python benchmarks/bench_apex_ray.py [--parts agent,shards] [--seconds 20]
+    python benchmarks/bench_apex_ray.py [--parts agent,in_flight,shards] [--seconds 20]
 """
 
 import _thread
@@ -39,11 +43,14 @@ FREE = dict(samples_per_insert=0, eval_period=10**9, total_env_steps=10**12,
             solved_return=float("inf"))
 CARTPOLE = config_from_flagfile(ApexConfig, "experiments/configs/apex_cartpole.cfg",
                                 run_dir="/tmp/bench_apex_ray/cartpole", **FREE)
+CARTPOLE_SPI = config_from_flagfile(ApexConfig, "experiments/configs/apex_cartpole.cfg"
+                                    ).samples_per_insert  # the config's own, which FREE lifts
 PONG = dataclasses.replace(ATARI, num_actors=2, run_dir="/tmp/bench_apex_ray/pong", **FREE)
 
 
-def agent_rates(config: ApexConfig, seconds: float) -> tuple[float, float]:
-    """(env steps/s, updates/s) of a run over `seconds`, once the learner is updating."""
+def agent_rates(config: ApexConfig, seconds: float) -> tuple[float, float, float]:
+    """(env steps/s, updates/s, share of the time the learner waited for a batch) of a run
+    over `seconds`, once the learner is updating."""
     agent = ApexAgent(config, print_fn=lambda *_: None)
     rates = []
 
@@ -51,17 +58,18 @@ def agent_rates(config: ApexConfig, seconds: float) -> tuple[float, float]:
         while agent.learner.updates < 5:
             time.sleep(0.1)
         time.sleep(2.0)  # past the first parameter pushes and compilations
-        steps, updates, start = agent.stats.get("env_steps"), agent.learner.updates, \
-            time.perf_counter()
+        steps, updates, waited, start = (agent.stats.get("env_steps"), agent.learner.updates,
+                                         agent.learner.waits["batch_s"], time.perf_counter())
         time.sleep(seconds)
         elapsed = time.perf_counter() - start
         rates.extend([(agent.stats.get("env_steps") - steps) / elapsed,
-                      (agent.learner.updates - updates) / elapsed])
+                      (agent.learner.updates - updates) / elapsed,
+                      (agent.learner.waits["batch_s"] - waited) / elapsed])
         _thread.interrupt_main()  # the driver stops the run as on Ctrl-C
 
     threading.Thread(target=measure, daemon=True).start()
     agent.run()
-    return rates[0], rates[1]
+    return rates[0], rates[1], rates[2]
 
 
 def agent_part(seconds: float) -> list[list]:
@@ -81,6 +89,22 @@ def agent_part(seconds: float) -> list[list]:
             t = statistics.median(r[i] for r in threads) * scale
             r = statistics.median(r[i] for r in ray_runs) * scale
             rows.append([f"{name} {what}", r, t, r / t])
+    return rows
+
+
+def in_flight_part(seconds: float) -> list[list]:
+    base = dataclasses.replace(CARTPOLE, samples_per_insert=CARTPOLE_SPI,
+                               backend="ray", replay_shards=2)
+    one_at_a_time = dataclasses.replace(base, ray_samples_in_flight=1)
+    default, single = [], []
+    for _ in range(2):  # alternated, so drift in machine load hits both
+        default.append(agent_rates(base, seconds))
+        single.append(agent_rates(one_at_a_time, seconds))
+    rows = []
+    for i, what in enumerate(("env frames/s", "updates/s", "learner waiting (share)")):
+        d = statistics.median(r[i] for r in default)
+        o = statistics.median(r[i] for r in single)
+        rows.append([what, d, o, d / o])
     return rows
 
 
@@ -132,10 +156,14 @@ def shards_part(seconds: float, total: int = 20_000, batch_size: int = 512) -> l
 
 
 def main():
-    parts, seconds = timing.parse_parts(__doc__, "agent,shards")
+    parts, seconds = timing.parse_parts(__doc__, "agent,in_flight,shards")
     if "agent" in parts:
         timing.print_table(["Ape-X, 2 actors", "ray", "threads", "ratio ray/threads"],
                            agent_part(seconds))
+    if "in_flight" in parts:
+        timing.print_table([f"CartPole on Ray, held at {CARTPOLE_SPI:g} samples/insert",
+                            f"{ApexConfig.ray_samples_in_flight} in flight", "1 in flight",
+                            "ratio"], in_flight_part(seconds))
     if "shards" in parts:
         timing.print_table(["sample(512) + priorities, Pong, 20K transitions", "batches/s",
                             "in-process batches/s", "ratio"], shards_part(seconds))

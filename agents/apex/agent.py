@@ -58,8 +58,11 @@ class ApexAgent(Agent):
         return init_state(self.network, make_optimizer(self.config), self.sample_obs(), key)
 
     def make_learner(self, state) -> ApexLearner:
-        return ApexLearner(self.config, self.network, self.replay, self.param_server, state,
-                           self.mesh)
+        config = self.config
+        # A sample from Ray's shards waits on round trips; keep several requests in flight.
+        samplers = config.ray_samples_in_flight if config.backend == "ray" else 1
+        return ApexLearner(config, self.network, self.replay, self.param_server, state,
+                           self.mesh, samplers)
 
     def eval_scores(self) -> Callable:
         return self.policy

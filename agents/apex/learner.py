@@ -95,7 +95,7 @@ def sample_to_batch(sample: Sample) -> dict[str, np.ndarray]:
 
 
 class ApexLearner:
-    """Runs updates in its own thread, fed by a prefetching sampler thread.
+    """Runs updates in its own thread, fed by prefetching sampler threads.
 
     Args:
       config: the run's settings.
@@ -104,26 +104,33 @@ class ApexLearner:
       param_server: where parameters are published for the actors.
       state: initial (or restored) `TrainingState`.
       mesh: the learner devices.
+      samplers: sampler threads, each with one batch request in flight (more than one only
+        pays where a sample waits on the network: replay shards on Ray).
     """
 
     def __init__(self, config: ApexConfig, network: nn.Module, replay: PrioritizedReplay,
-                 param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh):
+                 param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh,
+                 samplers: int = 1):
         sharding.check_divisible(config.batch_size, mesh)
         self.config, self.replay, self.param_server, self.mesh = config, replay, param_server, mesh
+        self.samplers = samplers
         self._update, self._zero = make_update(network, config, mesh, state.params)
         self.state = self._zero.place_state(state, mesh)
-        self._batches: queue.Queue = queue.Queue(maxsize=2)
+        self._batches: queue.Queue = queue.Queue(maxsize=max(2, samplers))
         # Held while an update is dispatched: the old state's buffers are donated to it, so a
         # reader must never see a state that is being consumed.
         self._state_lock = threading.Lock()
         self.metrics: dict[str, float] = {}
         self.updates = int(state.steps)
         self.waits = dict(sample_s=0.0, batch_s=0.0)
+        self._waits_lock = threading.Lock()  # the sampler threads add to waits["sample_s"]
         self.param_server.publish(state.params)
 
     def threads(self) -> list[tuple[str, Any]]:
-        """The sampler and the learner thread."""
-        return [("prefetch", self.prefetch), ("learner", self.run)]
+        """The sampler threads and the learner thread."""
+        names = ["prefetch"] if self.samplers == 1 else [
+            f"prefetch-{k}" for k in range(self.samplers)]
+        return [(name, self.prefetch) for name in names] + [("learner", self.run)]
 
     def prefetch(self, stop: threading.Event) -> None:
         """Sampler thread: keeps the next batches ready while the device computes. The replay's
@@ -131,7 +138,8 @@ class ApexLearner:
         while not stop.is_set():
             start = time.perf_counter()
             sample = self.replay.sample(self.config.batch_size)
-            self.waits["sample_s"] += time.perf_counter() - start
+            with self._waits_lock:
+                self.waits["sample_s"] += time.perf_counter() - start
             if sample is None:  # the replay was closed: the run is stopping
                 continue
             while not stop.is_set():
@@ -174,7 +182,8 @@ class ApexLearner:
 
     def host_metrics(self) -> dict[str, float]:
         """The latest update's metrics as Python floats, and the cumulative seconds spent
-        sampling (held back by the replay's rate limiter included), waiting for a batch, and
+        sampling (summed over the sampler threads; held back by the replay's rate limiter
+        included), waiting for a batch, and
         the time the rate limiter held the actors and the learner back."""
         waits = dict(sample_s=self.waits["sample_s"], learner_wait_s=self.waits["batch_s"])
         limiter = self.replay.rate_limiter

@@ -110,6 +110,7 @@ class ShardedReplay:
     def __init__(self, shards: list, beta: float, seed: Any):
         self.shards, self.beta = shards, beta
         self._rng = np.random.default_rng(seed)
+        self._rng_lock = threading.Lock()  # the learner's sampler threads share the split
         self._updates_in_flight: list = []
         self._closed = threading.Event()
 
@@ -135,14 +136,15 @@ class ShardedReplay:
 
     def sample(self, batch_size: int) -> Sample | None:
         """A batch drawn with P(i) = p_i^alpha / sum over all shards; None if the shards were
-        released (the run is stopping)."""
+        released (the run is stopping). Thread-safe: several samplers may wait at once."""
         masses = np.array(self._all("priority_mass"))  # [S, 2] (sum, min) of p^alpha
         while masses[:, 0].sum() <= 0.0:  # nothing added yet: wait as one replay would
             if self._closed.wait(POLL_S):
                 return None
             masses = np.array(self._all("priority_mass"))
         total = masses[:, 0].sum()
-        counts = self._rng.multinomial(batch_size, masses[:, 0] / total)  # [S]
+        with self._rng_lock:
+            counts = self._rng.multinomial(batch_size, masses[:, 0] / total)  # [S]
         chosen = np.flatnonzero(counts)
         parts = _shard_call([self.shards[k].sample.remote(int(counts[k])) for k in chosen],
                             "sample")

@@ -107,6 +107,9 @@ class RayConfig:
         Ray's default, 30% of memory).
       ray_temp_dir: ray backend with ray_address=local: Ray's session folder (empty: Ray's
         default, /tmp/ray).
+      ray_samples_in_flight: ray backend: batches the learner requests from the shards at once
+        (one sampler thread each). A batch takes two round trips to the shards, so one at a
+        time leaves the learner waiting on the network.
     """
 
     backend: str = "threads"
@@ -115,12 +118,14 @@ class RayConfig:
     ray_cpus_per_actor: float = 1.0
     ray_object_store_mb: int = 0
     ray_temp_dir: str = ""
+    ray_samples_in_flight: int = 4
 
     RESUME_MAY_CHANGE: ClassVar[frozenset[str]] = frozenset({
-        "backend", "ray_address", "ray_cpus_per_actor", "ray_object_store_mb", "ray_temp_dir"})
+        "backend", "ray_address", "ray_cpus_per_actor", "ray_object_store_mb", "ray_temp_dir",
+        "ray_samples_in_flight"})
 
     def check_ray(self, num_actors: int) -> None:
-        check_fields(self, positive=("replay_shards",), non_negative=("ray_object_store_mb",),
+        check_fields(self, positive=("replay_shards", "ray_samples_in_flight"), non_negative=("ray_object_store_mb",),
                      choices=(("backend", BACKENDS),))
         if self.backend == "threads" and self.replay_shards != 1:
             raise ValueError(f"replay_shards={self.replay_shards} needs backend=ray; the "

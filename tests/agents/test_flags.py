@@ -63,6 +63,8 @@ def test_paper_defaults():
     (ApexConfig, dict(replay_shards=2), "replay_shards=2 needs backend=ray"),
     (ApexConfig, dict(backend="ray", num_actors=2, replay_shards=3), "replay_shards"),
     (ApexConfig, dict(backend="ray", ray_cpus_per_actor=0), "ray_cpus_per_actor"),
+    (ApexConfig, dict(backend="ray", ray_samples_in_flight=0),
+     "ray_samples_in_flight must be >= 1, got 0"),
     (ImpalaConfig, dict(c_bar=2.0), "c_bar"),
     (ImpalaConfig, dict(reduction="max"), "reduction"),
     (ImpalaConfig, dict(envs_per_actor=4, actor_batch_size=4), "actor_batch_size"),

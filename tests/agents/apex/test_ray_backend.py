@@ -1,6 +1,7 @@
 """Ape-X's Ray pieces on a local cluster: shards sample as one buffer, priorities, save and load,
 failures of shards and actor workers."""
 
+import concurrent.futures
 import dataclasses
 import os
 import threading
@@ -76,17 +77,20 @@ def scaled(priorities):
 
 
 @pytest.mark.usefixtures("cluster")
-def test_two_shards_sample_the_single_buffer_distribution_with_its_weights():
+@pytest.mark.parametrize("samplers", [1, 4])
+def test_two_shards_sample_the_single_buffer_distribution_with_its_weights(samplers):
     # Unequal shards: shard 1 (odd tags) holds 3x the mass and shard 0 alone holds zeros, so a
-    # wrong split or a shard's own minimum in the weights would show.
+    # wrong split or a shard's own minimum in the weights would show. With several samplers at
+    # once (the learner's threads on Ray) every batch must still be whole and rightly weighted.
     priorities = np.random.default_rng(0).exponential(size=NUM) + 0.1
     priorities[1::2] *= 3.0
     priorities[0:NUM:10] = 0.0
     sharded, _, single = filled(priorities, num_shards=2)
     expected = scaled(priorities) / scaled(priorities).sum()
     counts = np.zeros(NUM)
-    for _ in range(150):
-        sample = sharded.sample(64)
+    with concurrent.futures.ThreadPoolExecutor(samplers) as pool:
+        samples = list(pool.map(lambda _: sharded.sample(64), range(150)))
+    for sample in samples:
         tags = sample.transitions["obs"][:, 0].astype(int)
         np.add.at(counts, tags, 1)
         np.testing.assert_array_equal(sample.transitions["next_obs"][:, 0], tags + 1)
