@@ -97,7 +97,8 @@ class ReplayShard:
 
 class ShardedReplay:
     """The learner's replay over `shards`: `PrioritizedReplay`'s sample, update_priorities,
-    stats, save and load. Ids carry their shard: `local_id * num_shards + shard`.
+    stats, save and load, and `flush` for the priorities still on their way. Ids carry their
+    shard: `local_id * num_shards + shard`.
 
     Args:
       shards: `ReplayShard` actor handles.
@@ -111,7 +112,9 @@ class ShardedReplay:
         self.shards, self.beta = shards, beta
         self._rng = np.random.default_rng(seed)
         self._rng_lock = threading.Lock()  # the learner's sampler threads share the split
-        self._updates_in_flight: list = []
+        self._updates_in_flight: list = []  # refs of the round of priorities the shards apply
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # rounds made meanwhile
+        self._updates_lock = threading.Lock()  # the learner updates; a checkpoint flushes
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -163,9 +166,32 @@ class ShardedReplay:
                       priorities)
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> None:
-        """Sends new priorities to their shards; one round in flight, so errors surface."""
-        ids, priorities = np.asarray(ids, np.int64), np.asarray(priorities)
-        _shard_call(self._updates_in_flight, "update_priorities")
+        """Sends new priorities to their shards without waiting for them.
+
+        One round is in flight at a time, so rounds apply in order; the rounds made while one is
+        in flight go together in the next, in order, so an id's last priority wins as in one
+        replay. A shard's error surfaces at a later call (or `flush`).
+        """
+        with self._updates_lock:
+            self._pending.append((np.asarray(ids, np.int64), np.asarray(priorities)))
+            if len(_finished(self._updates_in_flight, 0)) == len(self._updates_in_flight):
+                self._send_pending()
+
+    def flush(self) -> None:
+        """Waits until every priority given to `update_priorities` is applied."""
+        with self._updates_lock:
+            self._send_pending()
+            _shard_call(self._updates_in_flight, "update_priorities")
+
+    def _send_pending(self) -> None:
+        """Sends the pending rounds as one, once the round in flight is done; under the lock."""
+        _shard_call(self._updates_in_flight, "update_priorities")  # raises a shard's error
+        self._updates_in_flight = []
+        if not self._pending:
+            return
+        ids = np.concatenate([ids for ids, _ in self._pending])
+        priorities = np.concatenate([p for _, p in self._pending])
+        self._pending = []
         num = len(self.shards)
         shard_of = ids % num
         self._updates_in_flight = [
@@ -175,7 +201,8 @@ class ShardedReplay:
 
     def save(self, path: str) -> None:
         """Writes every shard into one `.npz` (keys `shard<k>/...`), one shard in memory at a
-        time, atomically (temporary file, then rename)."""
+        time, atomically (temporary file, then rename), with every priority sent so far."""
+        self.flush()
         tmp = f"{path}.tmp"
         with zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
             arrays = {"num_shards": np.int64(len(self.shards))}

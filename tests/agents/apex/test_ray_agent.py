@@ -43,7 +43,12 @@ def test_apex_on_ray_solves_cartpole_though_an_actor_worker_is_killed(tmp_path,
     assert ray.util.get_node_ip_address() == "127.0.0.1"
     cluster = child_processes() - before
     done, killed_at = threading.Event(), []
-    killer = threading.Thread(target=kill_actor_worker, args=(agent, 10_000, done, killed_at))
+    # Killed once learning has begun but before the first evaluation could end the run: that
+    # comes eval_period updates in, at batch_size / samples_per_insert env steps an update.
+    first_eval = (config.min_replay_size
+                  + config.eval_period * config.batch_size / config.samples_per_insert)
+    kill_at = (config.min_replay_size + first_eval) // 2
+    killer = threading.Thread(target=kill_actor_worker, args=(agent, kill_at, done, killed_at))
     killer.start()
     try:
         summary = agent.run()
