@@ -107,24 +107,8 @@ def test_two_shards_sample_the_single_buffer_distribution_with_its_weights(sampl
 
 
 @pytest.mark.usefixtures("cluster")
-def test_new_priorities_reach_the_shard_that_holds_the_transition():
-    priorities = np.ones(NUM)
-    sharded, shards, _ = filled(priorities, num_shards=2)
-    sample = sharded.sample(32)
-    tags = sample.transitions["obs"][:, 0].astype(int)
-    new = priorities.copy()
-    new[tags] = 5.0 + tags
-    sharded.update_priorities(sample.ids, new[tags])
-    sharded.flush()
-    for k, shard in enumerate(shards):
-        total, minimum = ray.get(shard.priority_mass.remote())
-        assert total == pytest.approx(scaled(new[k::2]).sum(), rel=1e-12)
-        assert minimum == pytest.approx(scaled(new[k::2]).min(), rel=1e-12)
-    assert sharded.stats()["updates_applied"] == 32
-
-
-@pytest.mark.usefixtures("cluster")
-def test_rounds_of_priorities_sent_without_waiting_apply_in_order():
+@pytest.mark.parametrize("rounds", [1, 20])
+def test_new_priorities_reach_their_shard_in_order_and_a_dead_shard_is_reported(rounds):
     # The learner does not wait for its rounds; those made while one is in flight are merged.
     # Every round gives the same ids new values, so any round applied out of order would show.
     priorities = np.ones(NUM)
@@ -132,14 +116,15 @@ def test_rounds_of_priorities_sent_without_waiting_apply_in_order():
     sample = sharded.sample(32)
     tags = sample.transitions["obs"][:, 0].astype(int)
     new = priorities.copy()
-    for round_ in range(20):
-        new[tags] = 1.0 + round_ + tags
+    for round_ in range(rounds):
+        new[tags] = 5.0 + round_ + tags
         sharded.update_priorities(sample.ids, new[tags])
     sharded.flush()
     for k, shard in enumerate(shards):
         total, minimum = ray.get(shard.priority_mass.remote())
         assert total == pytest.approx(scaled(new[k::2]).sum(), rel=1e-12)
         assert minimum == pytest.approx(scaled(new[k::2]).min(), rel=1e-12)
+    assert sharded.stats()["updates_applied"] == 32 * rounds
     ray.kill(shards[0])
     with pytest.raises(ReplayShardLost, match="during update_priorities"):
         for _ in range(50):  # until the kill has landed
