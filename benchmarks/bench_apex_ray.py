@@ -41,10 +41,9 @@ from bench_apex import ATARI
 FREE = dict(samples_per_insert=0, eval_period=10**9, total_env_steps=10**12,
             checkpoint_replay=False, checkpoint_period_s=10**6, log_period_s=1.0,
             solved_return=float("inf"))
-CARTPOLE = config_from_flagfile(ApexConfig, "experiments/configs/apex_cartpole.cfg",
-                                run_dir="/tmp/bench_apex_ray/cartpole", **FREE)
-CARTPOLE_SPI = config_from_flagfile(ApexConfig, "experiments/configs/apex_cartpole.cfg"
-                                    ).samples_per_insert  # the config's own, which FREE lifts
+CARTPOLE_HELD = config_from_flagfile(ApexConfig, "experiments/configs/apex_cartpole.cfg",
+                                     run_dir="/tmp/bench_apex_ray/cartpole")
+CARTPOLE = dataclasses.replace(CARTPOLE_HELD, **FREE)
 PONG = dataclasses.replace(ATARI, num_actors=2, run_dir="/tmp/bench_apex_ray/pong", **FREE)
 
 
@@ -93,7 +92,7 @@ def agent_part(seconds: float) -> list[list]:
 
 
 def in_flight_part(seconds: float) -> list[list]:
-    base = dataclasses.replace(CARTPOLE, samples_per_insert=CARTPOLE_SPI,
+    base = dataclasses.replace(CARTPOLE, samples_per_insert=CARTPOLE_HELD.samples_per_insert,
                                backend="ray", replay_shards=2)
     one_at_a_time = dataclasses.replace(base, ray_samples_in_flight=1)
     default, single = [], []
@@ -161,7 +160,8 @@ def main():
         timing.print_table(["Ape-X, 2 actors", "ray", "threads", "ratio ray/threads"],
                            agent_part(seconds))
     if "in_flight" in parts:
-        timing.print_table([f"CartPole on Ray, held at {CARTPOLE_SPI:g} samples/insert",
+        held = CARTPOLE_HELD.samples_per_insert
+        timing.print_table([f"CartPole on Ray, held at {held:g} samples/insert",
                             f"{ApexConfig.ray_samples_in_flight} in flight", "1 in flight",
                             "ratio"], in_flight_part(seconds))
     if "shards" in parts:

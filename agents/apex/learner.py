@@ -183,8 +183,8 @@ class ApexLearner:
     def host_metrics(self) -> dict[str, float]:
         """The latest update's metrics as Python floats, and the cumulative seconds spent
         sampling (summed over the sampler threads; held back by the replay's rate limiter
-        included), waiting for a batch, and
-        the time the rate limiter held the actors and the learner back."""
+        included), waiting for a batch, and the time the rate limiter held the actors and the
+        learner back."""
         waits = dict(sample_s=self.waits["sample_s"], learner_wait_s=self.waits["batch_s"])
         limiter = self.replay.rate_limiter
         if limiter is not None:

@@ -125,8 +125,8 @@ class RayConfig:
         "ray_samples_in_flight"})
 
     def check_ray(self, num_actors: int) -> None:
-        check_fields(self, positive=("replay_shards", "ray_samples_in_flight"), non_negative=("ray_object_store_mb",),
-                     choices=(("backend", BACKENDS),))
+        check_fields(self, positive=("replay_shards", "ray_samples_in_flight"),
+                     non_negative=("ray_object_store_mb",), choices=(("backend", BACKENDS),))
         if self.backend == "threads" and self.replay_shards != 1:
             raise ValueError(f"replay_shards={self.replay_shards} needs backend=ray; the "
                              "threads backend has one replay")
