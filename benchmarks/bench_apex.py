@@ -6,11 +6,15 @@
 - learner: updates/s of the full learner (prefetch thread sampling the replay, host-to-device
   transfer, update, priority write-back, parameter publish) against the bare jitted update on a
   batch already on the device. Target: ratio >= 0.9.
+- networks: the bare jitted update (batch 32) of the Pong configs' networks, timed in turns:
+  the dueling Nature network (`apex_pong_cpu.cfg`) against the IMPALA shallow torso with
+  256-unit dueling streams (`apex_pong_cpu_shallow.cfg`). Record only.
 - cartpole: wall time and env steps until greedy evaluation reaches 475, median of 3 seeds.
 
-    python benchmarks/bench_apex.py [--parts actor,learner,cartpole] [--seconds 20]
+    python benchmarks/bench_apex.py [--parts actor,learner,networks,cartpole] [--seconds 20]
 """
 
+import dataclasses
 import statistics
 import threading
 import time
@@ -33,6 +37,11 @@ from agents.run.stats import RunStats
 ATARI = ApexConfig(env="Pong-v5", num_actors=1, envs_per_actor=16, actor_batch_size=8,
                    replay_capacity=100_000, min_replay_size=2_000, batch_size=32,
                    dueling=True, head_hidden_sizes=(512,))
+# The networks of the Pong CPU configs, as changes to ATARI.
+NETWORKS = {
+    "nature, dueling streams 512": {},
+    "impala_shallow, dueling streams 256": dict(torso="impala_shallow", head_hidden_sizes=(256,)),
+}
 
 
 def full_actor_fps(config, policy, param_server, info, seconds):
@@ -70,6 +79,42 @@ def actor_part(seconds):
              statistics.median(bare), ratio, timing.verdict(ratio, 0.95)]]
 
 
+def bare_update(config, network, state, replay, mesh):
+    """A call that applies the jitted update once to one batch already on the device and
+    returns its new priorities (not waited for); the learner state is carried between calls."""
+    update, zero = make_update(network, config, mesh, state.params)
+    sample = replay.sample(config.batch_size)
+    batch = sharding.put_batch(dict(sample.transitions, weights=sample.weights), mesh)
+    carried = [zero.place_state(jax.tree.map(np.copy, state), mesh)]
+
+    def step():
+        carried[0], _, priorities = update(carried[0], batch)
+        return priorities
+
+    return step
+
+
+def networks_part(seconds):
+    info = env_info(actor_env_settings(ATARI, 0))
+    mesh = sharding.learner_mesh(jax.local_devices()[:1])
+    replay = make_replay(ATARI, info)
+    fill_replay(replay, info, 5_000, np.random.default_rng(0))
+    steps, sizes = {}, {}
+    for name, changes in NETWORKS.items():
+        config = dataclasses.replace(ATARI, **changes)
+        network = make_network(config, info)
+        state = init_state(network, make_optimizer(config), np.zeros(info.obs_shape, np.uint8),
+                           jax.random.PRNGKey(0))
+        sizes[name] = sum(p.size for p in jax.tree.leaves(state.params))
+        steps[name] = bare_update(config, network, state, replay, mesh)
+    # About `seconds` of the slowest network's updates, all networks in turns.
+    repeats = max(10, int(seconds * 5))
+    medians = timing.interleaved_medians(steps, repeats=repeats)
+    first = next(iter(NETWORKS))
+    return [[name, f"{sizes[name]:,}", 1 / medians[name], medians[first] / medians[name]]
+            for name in NETWORKS]
+
+
 def learner_part(seconds):
     config, info = ATARI, env_info(actor_env_settings(ATARI, 0))
     network = make_network(config, info)
@@ -80,17 +125,13 @@ def learner_part(seconds):
                        jax.random.PRNGKey(0))
 
     # Bare: the jitted update alone on one batch already on the device.
-    update, zero = make_update(network, config, mesh, state.params)
-    sample = replay.sample(config.batch_size)
-    batch = sharding.put_batch(dict(sample.transitions, weights=sample.weights), mesh)
-    bare_state = zero.place_state(jax.tree.map(np.copy, state), mesh)
-    bare_state, _, p = update(bare_state, batch)
-    jax.block_until_ready(p)
+    step = bare_update(config, network, state, replay, mesh)
+    step()  # compiles
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        bare_state, _, p = update(bare_state, batch)
+        priorities = step()
         count += 1
-    jax.block_until_ready(p)
+    jax.block_until_ready(priorities)
     bare_ups = count / (time.perf_counter() - start)
 
     # Full: the learner's own threads, sampling, transferring and writing priorities back.
@@ -118,6 +159,9 @@ def cartpole_part():
 
 def main():
     parts, seconds = timing.parse_parts(__doc__, "actor,learner,cartpole")
+    if "networks" in parts:
+        timing.print_table(["network (Pong, batch 32)", "params", "updates/s", "x nature"],
+                           networks_part(seconds))
     rows = []
     if "actor" in parts:
         rows += actor_part(seconds)
