@@ -27,7 +27,8 @@ import numpy as np
 
 from agents.parallel import sharding
 from agents.apex.agent import ApexAgent
-from agents.apex.builder import make_actor, make_network, make_replay
+from agents.apex.builder import make_actor, make_network
+from agents.apex.replay import make_replay
 from agents.apex.config import ApexConfig
 from agents.apex.learner import ApexLearner, init_state, make_optimizer, make_update
 from agents.run.envs import actor_env_settings, env_info

@@ -1,7 +1,7 @@
 """Checkpoints of an Ape-X Atari run: ours (agents/run/checkpoint.py) against orbax-checkpoint.
 
 What is checkpointed: a full Ape-X Atari replay of `--transitions` transitions (PrioritizedReplay
-with FrameStackStorage, built by agents.apex.builder.make_replay: stacks uint8 [4, 84, 84],
+with FrameStackStorage, built by agents.apex.replay.make_replay: stacks uint8 [4, 84, 84],
 stack_axis=0) plus the learner state of the default ApexConfig, shaped like
 agents.apex.learner.init_state's (the Nature-DQN torso with dueling heads of make_network:
 params, target params, centered-RMSProp state of the flat params, the step counter) and a
@@ -159,7 +159,8 @@ def make_run(transitions: int, num_actions: int, learner_seed: int):
     import jax.numpy as jnp
     from jax.flatten_util import ravel_pytree
 
-    from agents.apex.builder import make_network, make_replay
+    from agents.apex.builder import make_network
+    from agents.apex.replay import make_replay
     from agents.apex.config import ApexConfig
     from agents.apex.learner import TrainingState, make_optimizer
     from agents.run.envs import EnvInfo

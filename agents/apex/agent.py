@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 import jax
 
-from agents.apex.builder import make_actor, make_network, make_replay
+from agents.apex.builder import make_actor, make_network
+from agents.apex.replay import make_replay
 from agents.apex.config import ApexConfig
 from agents.apex.learner import ApexLearner, init_state, make_optimizer
 from agents.run.actor_threads import ActorThreads

@@ -16,9 +16,6 @@ from agents.run.envs import EnvInfo, actor_env_settings, make_env
 from agents.run.param_server import ParamServer
 from agents.run.seeds import run_seeds
 from agents.run.stats import RunStats
-from replay.frames import FrameStackStorage
-from replay.prioritized import PrioritizedReplay
-from replay.rate_limiter import MinSize, SampleToInsertRatio
 
 
 def make_network(config: ApexConfig, info: EnvInfo) -> QNetwork:
@@ -29,32 +26,6 @@ def make_network(config: ApexConfig, info: EnvInfo) -> QNetwork:
         torso_kwargs["hidden_size"] = None
     return QNetwork(info.num_actions, config.torso, tuple(torso_kwargs.items()), config.dueling,
                     config.head_hidden_sizes, stack_axis_first=info.channels_first)
-
-
-def make_rate_limiter(config: ApexConfig) -> MinSize:
-    """The rate limiter of the replay (or of each of its shards, with one shard's share of the
-    warm-up): the warm-up alone, or a samples-per-insert ratio."""
-    min_size = -(-config.min_replay_size // config.replay_shards)
-    if config.samples_per_insert <= 0:
-        return MinSize(min_size)
-    return SampleToInsertRatio(
-        config.samples_per_insert, min_size,
-        tolerance=max(config.batch_size, config.samples_per_insert * config.local_buffer_size))
-
-
-def make_replay(config: ApexConfig, info: EnvInfo, shard: int = 0) -> PrioritizedReplay:
-    """The replay (or shard `shard` of `config.replay_shards`, holding its share of the
-    capacity) with its rate limiter; Atari frame stacks are stored one frame at a time."""
-    capacity = -(-config.replay_capacity // config.replay_shards)
-    obs = (info.obs_shape, info.obs_dtype)
-    spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),
-                discount=((), np.float32), next_obs=obs)
-    kwargs = dict(alpha=config.priority_exponent, beta=config.importance_exponent,
-                  seed=run_seeds(config).sampler(shard), rate_limiter=make_rate_limiter(config))
-    if info.is_atari:
-        storage = FrameStackStorage(spec, capacity, stack_axis=0)
-        return PrioritizedReplay(capacity, storage=storage, **kwargs)
-    return PrioritizedReplay(capacity, spec, **kwargs)
 
 
 def make_actor(config: ApexConfig, info: EnvInfo, actor_id: int, policy: Callable,

@@ -10,7 +10,7 @@ and sends |G_t - q(S_t, A_t)| back as the transition's new priority.
 import jax
 import jax.numpy as jnp
 
-LOSSES = ("squared", "huber")
+from agents.apex.config import LOSSES
 
 
 def double_q_td_errors(q_tm1: jax.Array, a_tm1: jax.Array, r_t: jax.Array,

@@ -27,8 +27,9 @@ import numpy as np
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from agents.apex.builder import make_actor, make_network, make_replay
+from agents.apex.builder import make_actor, make_network
 from agents.apex.config import ApexConfig
+from agents.apex.replay import ReplayShard, make_replay
 from agents.parallel import ray_cluster
 from agents.run.envs import EnvInfo
 from agents.run.param_server import ParamServer
@@ -58,41 +59,6 @@ def _shard_call(refs: Any, what: str) -> Any:
 def _finished(refs: list, timeout: float) -> list:
     """The refs of `refs` that are ready within `timeout` seconds (all of them if they are)."""
     return ray.wait(refs, num_returns=len(refs), timeout=timeout)[0] if refs else []
-
-
-class ReplayShard:
-    """A Ray actor holding shard `index` of the run's replay (see `make_replay`)."""
-
-    def __init__(self, config: ApexConfig, info: EnvInfo, index: int):
-        self.replay = make_replay(config, info, index)
-
-    def add(self, transitions: dict[str, np.ndarray], priorities: np.ndarray,
-            streams: np.ndarray) -> bool:
-        """Adds a batch once the replay's rate limiter allows it; False if released meanwhile."""
-        return self.replay.add(transitions, priorities, streams) is not None
-
-    def sample(self, batch_size: int) -> Sample | None:
-        """A batch once the replay's rate limiter allows it; None if released meanwhile."""
-        return self.replay.sample(batch_size)
-
-    def priority_mass(self) -> tuple[float, float]:
-        return self.replay.priority_mass()
-
-    def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
-        return self.replay.update_priorities(ids, priorities)
-
-    def stats(self) -> dict[str, int]:
-        return self.replay.stats()
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return self.replay.state_dict()
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.replay.load_state_dict(state)
-
-    def release(self) -> None:
-        """Wakes every waiting add and sample: the run is stopping."""
-        self.replay.close()
 
 
 class ShardedReplay:

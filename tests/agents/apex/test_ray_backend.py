@@ -4,6 +4,7 @@ failures of shards and actor workers."""
 import concurrent.futures
 import dataclasses
 import os
+import sys
 import threading
 
 import numpy as np
@@ -12,14 +13,9 @@ import ray
 from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
 from scipy import stats
 
-from agents.apex.builder import make_replay
 from agents.apex.config import ApexConfig
-from agents.apex.ray_backend import (
-    RayBackend,
-    ReplayShard,
-    ReplayShardLost,
-    ShardedReplay,
-)
+from agents.apex.ray_backend import RayBackend, ReplayShardLost, ShardedReplay
+from agents.apex.replay import ReplayShard, make_replay
 from agents.parallel import ray_cluster
 from agents.run.envs import actor_env_settings, env_info
 from agents.run.param_server import ParamServer
@@ -145,9 +141,18 @@ def test_save_and_load_restore_every_shard(tmp_path):
         assert original.keys() == loaded.keys()
         for name in original:
             np.testing.assert_array_equal(original[name], loaded[name], err_msg=name)
-    three, _, _ = filled(np.ones(NUM), num_shards=3)
-    with pytest.raises(ValueError, match="holds 2 replay shards; this run has replay_shards=3"):
-        three.load(path)
+    one, _, _ = filled(np.ones(NUM), num_shards=1)  # one shard process: each costs seconds
+    with pytest.raises(ValueError, match="holds 2 replay shards; this run has replay_shards=1"):
+        one.load(path)
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_shard_process_loads_neither_jax_nor_envpool():
+    # A shard holds numpy arrays only; JAX would cost each shard process seconds to start.
+    _, shards, _ = filled(np.ones(NUM), num_shards=1)
+    loaded = ray.get(shards[0].__ray_call__.remote(
+        lambda shard: sorted({"jax", "flax", "envpool"} & set(sys.modules))))
+    assert loaded == []
 
 
 @pytest.mark.usefixtures("cluster")

@@ -1,0 +1,77 @@
+"""The Ape-X replay: one prioritized replay, or one shard of it, with its rate limiter.
+
+Horgan et al. 2018 (arXiv:1803.00933), Sec. 3: actors add n-step transitions with initial
+priorities, the learner samples by priority (Schaul et al. 2016) and writes new ones back. On
+Ray every shard lives in a process of its own, so this module imports neither JAX nor envpool:
+a shard process starts without loading them (`tests/agents/apex/test_ray_backend.py` checks).
+"""
+
+import numpy as np
+
+from agents.apex.config import ApexConfig
+from agents.run.envs import EnvInfo
+from agents.run.seeds import run_seeds
+from replay.frames import FrameStackStorage
+from replay.prioritized import PrioritizedReplay, Sample
+from replay.rate_limiter import MinSize, SampleToInsertRatio
+
+
+def make_rate_limiter(config: ApexConfig) -> MinSize:
+    """The rate limiter of the replay (or of each of its shards, with one shard's share of the
+    warm-up): the warm-up alone, or a samples-per-insert ratio."""
+    min_size = -(-config.min_replay_size // config.replay_shards)
+    if config.samples_per_insert <= 0:
+        return MinSize(min_size)
+    return SampleToInsertRatio(
+        config.samples_per_insert, min_size,
+        tolerance=max(config.batch_size, config.samples_per_insert * config.local_buffer_size))
+
+
+def make_replay(config: ApexConfig, info: EnvInfo, shard: int = 0) -> PrioritizedReplay:
+    """The replay (or shard `shard` of `config.replay_shards`, holding its share of the
+    capacity) with its rate limiter; Atari frame stacks are stored one frame at a time."""
+    capacity = -(-config.replay_capacity // config.replay_shards)
+    obs = (info.obs_shape, info.obs_dtype)
+    spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),
+                discount=((), np.float32), next_obs=obs)
+    kwargs = dict(alpha=config.priority_exponent, beta=config.importance_exponent,
+                  seed=run_seeds(config).sampler(shard), rate_limiter=make_rate_limiter(config))
+    if info.is_atari:
+        storage = FrameStackStorage(spec, capacity, stack_axis=0)
+        return PrioritizedReplay(capacity, storage=storage, **kwargs)
+    return PrioritizedReplay(capacity, spec, **kwargs)
+
+
+class ReplayShard:
+    """A Ray actor holding shard `index` of the run's replay (see `make_replay`)."""
+
+    def __init__(self, config: ApexConfig, info: EnvInfo, index: int):
+        self.replay = make_replay(config, info, index)
+
+    def add(self, transitions: dict[str, np.ndarray], priorities: np.ndarray,
+            streams: np.ndarray) -> bool:
+        """Adds a batch once the replay's rate limiter allows it; False if released meanwhile."""
+        return self.replay.add(transitions, priorities, streams) is not None
+
+    def sample(self, batch_size: int) -> Sample | None:
+        """A batch once the replay's rate limiter allows it; None if released meanwhile."""
+        return self.replay.sample(batch_size)
+
+    def priority_mass(self) -> tuple[float, float]:
+        return self.replay.priority_mass()
+
+    def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
+        return self.replay.update_priorities(ids, priorities)
+
+    def stats(self) -> dict[str, int]:
+        return self.replay.stats()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.replay.state_dict()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.replay.load_state_dict(state)
+
+    def release(self) -> None:
+        """Wakes every waiting add and sample: the run is stopping."""
+        self.replay.close()
