@@ -87,13 +87,17 @@ def test_resume_continues_with_identical_learner_state(kind, tmp_path):
     assert resumed.resumed_from == summary["checkpoint"]
     jax.tree.map(np.testing.assert_array_equal, resumed.learner.host_state(), saved)
     assert resumed.stats.get("env_steps") == summary["env_steps"]
+    assert resumed.stats.get("wall_ms") / 1000 == summary["run_wall_s"]  # wall time carries over
     if kind is APEX:  # the replay's contents come back too
         restored = resumed.replay.state_dict()
         for key, value in first.replay.state_dict().items():
             np.testing.assert_array_equal(restored[key], value, err_msg=key)
     more = resumed.run()
     assert more["updates"] > summary["updates"]
-    assert more["run_wall_s"] == pytest.approx(summary["wall_s"] + more["wall_s"], abs=0.1)
+    # Each start counts its wall time up to its last report, not its final save and plot
+    # (seconds on a loaded machine), so the run's total lies below the starts' sum.
+    assert summary["run_wall_s"] <= summary["wall_s"]
+    assert summary["run_wall_s"] < more["run_wall_s"] <= summary["run_wall_s"] + more["wall_s"]
     assert more["env_steps"] >= 2 * kind.small["total_env_steps"]
 
 
