@@ -10,9 +10,9 @@ from typing import Any, Callable
 import jax
 
 from agents.apex.builder import make_actor, make_network
-from agents.apex.replay import make_replay
 from agents.apex.config import ApexConfig
 from agents.apex.learner import ApexLearner, init_state, make_optimizer
+from agents.apex.replay import make_replay
 from agents.run.actor_threads import ActorThreads
 from agents.run.agent import Agent
 from agents.run.interfaces import Runtime

@@ -1,12 +1,10 @@
-"""What an Ape-X run is built of: its network, replay (with its rate limiter) and actors.
+"""What an Ape-X run is built of: its network and actors (its replay: `agents.apex.replay`).
 
 Horgan et al. 2018 (arXiv:1803.00933). The runtimes (`agents.run.actor_threads` for threads,
 `agents.apex.ray_backend` for a Ray cluster) build their parts here; where they run is theirs.
 """
 
 from typing import Any, Callable
-
-import numpy as np
 
 from agents.apex.actor import ApexActor, exploration_epsilons
 from agents.apex.config import ApexConfig

@@ -29,7 +29,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from agents.apex.builder import make_actor, make_network
 from agents.apex.config import ApexConfig
-from agents.apex.replay import ReplayShard, make_replay
+from agents.apex.replay import ReplayShard
 from agents.parallel import ray_cluster
 from agents.run.envs import EnvInfo
 from agents.run.param_server import ParamServer
