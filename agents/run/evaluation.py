@@ -70,7 +70,8 @@ class Episodes(NamedTuple):
 
 
 def play_episodes(env: Any, policy: Callable, params: Any, rule: str = "greedy",
-                  epsilon: float = 0.0, rng: np.random.Generator | None = None) -> Episodes:
+                  epsilon: float = 0.0, rng: np.random.Generator | None = None,
+                  stop: threading.Event | None = None) -> Episodes | None:
     """Plays one episode in each env of a synchronous envpool with `select_actions(rule)`.
 
     Each env's episode stops counting at its first end, terminated or truncated (envpool resets
@@ -81,12 +82,16 @@ def play_episodes(env: Any, policy: Callable, params: Any, rule: str = "greedy",
       policy: `(params, obs [N, ...]) -> scores [N, A]`.
       params: the policy's parameters.
       rule, epsilon, rng: as `select_actions`.
+      stop: checked before every step; once set the episodes are abandoned and None returned.
+        An Atari evaluation can last 27K steps, far longer than a run may take to stop.
     """
     obs, _ = env.reset()
     returns = np.zeros(env.num_envs)
     steps = np.zeros(env.num_envs, np.int64)
     done = np.zeros(env.num_envs, bool)
     while not done.all():
+        if stop is not None and stop.is_set():
+            return None
         actions = select_actions(np.asarray(policy(params, obs)), rule, epsilon, rng)
         obs, reward, terminated, truncated, _ = env.step(actions)
         returns += np.where(done, 0.0, reward)
@@ -136,9 +141,10 @@ class EvalProtocol:
             max_episode_frames=self.max_episode_frames)
 
     def play(self, env: Any, policy: Callable, params: Any,
-             rng: np.random.Generator | None = None) -> Episodes:
-        """`play_episodes` with this protocol's action rule."""
-        return play_episodes(env, policy, params, self.action_rule, self.epsilon, rng)
+             rng: np.random.Generator | None = None,
+             stop: threading.Event | None = None) -> Episodes | None:
+        """`play_episodes` with this protocol's action rule (None: stopped by `stop`)."""
+        return play_episodes(env, policy, params, self.action_rule, self.epsilon, rng, stop)
 
 
 def paper_protocol(agent: str, episodes: int = 30, greedy: bool = False,
@@ -206,7 +212,10 @@ class Evaluator:
                     continue
                 updates, env_steps = self._updates(), self._env_steps()
                 _, params = self._param_server.latest()
-                returns = self._protocol.play(env, self._policy, params, self._rng).returns
+                episodes = self._protocol.play(env, self._policy, params, self._rng, stop)
+                if episodes is None:  # the run is stopping: its final save waits on this thread
+                    break
+                returns = episodes.returns
                 self.results.put(dict(updates=updates, env_steps=env_steps,
                                       mean_return=float(np.mean(returns)),
                                       min_return=float(np.min(returns))))

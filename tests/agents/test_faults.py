@@ -292,6 +292,52 @@ def test_ctrl_c_stops_with_a_checkpoint_and_later_signals_do_not_interrupt_it(ag
     assert checkpoint.find_resumable(str(tmp_path / "checkpoints"), print) is not None
 
 
+SLOW_EVALUATION = """
+import time
+from agents.run import evaluation
+original = evaluation.select_actions
+def slow_select_actions(*args, **kwargs):
+    print("evaluation step", flush=True)
+    time.sleep(0.3)
+    return original(*args, **kwargs)
+evaluation.select_actions = slow_select_actions
+import runpy
+runpy.run_path("experiments/run_{agent}.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("agent", ["apex", "impala"])
+def test_ctrl_c_during_an_evaluation_abandons_it_and_writes_the_final_checkpoint(agent,
+                                                                                tmp_path):
+    """An Atari evaluation plays up to 27K steps: the evaluator must not make the stop wait."""
+    cfg = APEX_CFG if agent == "apex" else IMPALA_CFG
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_EVALUATION.format(agent=agent), f"--flagfile={cfg}",
+         f"--run_dir={tmp_path}", "--total_env_steps=100000000", "--log_period_s=0.3",
+         "--eval_period=1", "--solved_return=inf"], cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("evaluation step") and seen.count(line) == 1:
+                proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    out = "".join(seen)
+    assert proc.returncode == 130, out
+    stopping = next(i for i, line in enumerate(seen) if line.startswith("interrupted (SIGINT)"))
+    # At most the step under way when the stop came; a CartPole episode has at least 8.
+    assert sum(line.startswith("evaluation step") for line in seen[stopping:]) <= 1, out
+    assert "did not stop" not in out and "Fatal Python error" not in out, out
+    assert checkpoint.find_resumable(str(tmp_path / "checkpoints"), print) is not None
+
+
 def test_a_run_killed_at_a_random_moment_resumes(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "experiments/run_apex.py", f"--flagfile={APEX_CFG}",

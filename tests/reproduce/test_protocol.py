@@ -2,6 +2,7 @@
 unclipped games, a fixed episode count on seeds apart from training, and the action rules."""
 
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -162,3 +163,20 @@ def test_play_episodes_counts_each_env_until_its_first_end():
         env.close()
     np.testing.assert_array_equal(out.returns, out.steps)  # CartPole: reward 1 a step
     assert np.all(out.steps >= 8) and np.all(out.steps <= 500)
+
+
+def test_play_episodes_abandons_the_episodes_once_stop_is_set():
+    stop, calls = threading.Event(), []
+
+    def policy(params, obs):
+        calls.append(1)
+        if len(calls) == 3:
+            stop.set()
+        return np.zeros((len(obs), 2))
+
+    env = make_env(EnvSettings("CartPole-v1", num_envs=2, batch_size=2, seed=0))
+    try:
+        assert play_episodes(env, policy, None, "greedy", stop=stop) is None
+    finally:
+        env.close()
+    assert len(calls) == 3  # a CartPole episode lasts at least 8 steps
