@@ -18,8 +18,11 @@ def load_references(path: str = SCORES_FILE) -> dict[str, dict[str, float]]:
 
 
 def paper_column(agent: str, torso: str = "") -> str:
-    """The column of the paper's scores for `agent` ("apex" or "impala"; IMPALA's shallow
-    torso compares with the paper's shallow network)."""
+    """The column of the paper's scores for `agent` ("apex" or "impala"). IMPALA with the
+    shallow torso compares with the IMPALA paper's shallow network; Ape-X has one column
+    whatever its torso (its paper reports the dueling Nature network only)."""
     if agent not in ("apex", "impala"):
         raise ValueError(f"agent must be one of ('apex', 'impala'), got {agent!r}")
-    return PAPER_COLUMNS["impala_shallow" if torso == "impala_shallow" else agent]
+    if agent == "impala" and torso == "impala_shallow":
+        return PAPER_COLUMNS["impala_shallow"]
+    return PAPER_COLUMNS[agent]

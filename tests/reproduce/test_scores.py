@@ -62,6 +62,7 @@ def test_reference_file_holds_the_57_games_with_their_sources():
         assert source in text
     assert references.paper_column("impala", "impala_shallow") == "impala_shallow"
     assert references.paper_column("apex") == "apex_noop"
+    assert references.paper_column("apex", "impala_shallow") == "apex_noop"
     with pytest.raises(ValueError, match="agent must be one of"):
         references.paper_column("r2d2")
 
