@@ -1,7 +1,8 @@
 """The run sequence every agent shares, written once; each agent supplies its parts.
 
 Construction, in this order (anything that fails here fails before any thread starts):
-  1. the run folder (`run_folder.prepare_run_folder`): usable, and the checkpoint to resume;
+  1. the run folder: held against a second run (`run_folder.RunFolderLock`, until `close()`),
+     usable, and the checkpoint to resume (`run_folder.prepare_run_folder`);
   2. the environment's spaces, the network and the runtime (where actors and replay run:
      threads, or a Ray cluster, started before JAX's threads);
   3. the learner devices' mesh, fresh or restored training state and counters, the ParamServer
@@ -46,14 +47,21 @@ class Agent:
     def __init__(self, config: Any, print_fn: Callable = functools.partial(print, flush=True)):
         self.config, self.print = config, print_fn
         self.chief = jax.process_index() == 0
-        self.resumed_from = run_folder.prepare_run_folder(config, print_fn, chief=self.chief)
-        self.info = env_info(actor_env_settings(config, 0))
-        self.network = self.make_network()
-        self.runtime: Runtime = self.make_runtime()
+        # Only the chief writes the folder, so only it holds the folder's lock.
+        self._folder_lock = run_folder.RunFolderLock(config.run_dir, print_fn) \
+            if self.chief else None
         try:
-            self._build_learner()
+            self.resumed_from = run_folder.prepare_run_folder(config, print_fn, chief=self.chief)
+            self.info = env_info(actor_env_settings(config, 0))
+            self.network = self.make_network()
+            self.runtime: Runtime = self.make_runtime()
+            try:
+                self._build_learner()
+            except BaseException:
+                self.runtime.close()
+                raise
         except BaseException:
-            self.runtime.close()
+            self._release_folder()
             raise
 
     # The parts each agent supplies.
@@ -141,5 +149,13 @@ class Agent:
             self.close()
 
     def close(self) -> None:
-        """Stops what the runtime started beyond this process."""
-        self.runtime.close()
+        """Stops what the runtime started beyond this process and lets another run use the run
+        folder."""
+        try:
+            self.runtime.close()
+        finally:
+            self._release_folder()
+
+    def _release_folder(self) -> None:
+        if self._folder_lock is not None:
+            self._folder_lock.release()

@@ -1,12 +1,15 @@
 """The run folder, settled before anything starts.
 
-`prepare_run_folder` runs first in every agent, before any environment, thread or cluster:
-it makes sure `run_dir` is a writable folder, removes the run's own partial saves, chooses the
+`RunFolderLock` and `prepare_run_folder` run first in every agent, before any environment,
+thread or cluster: the lock keeps a second run out of a folder in use, and `prepare_run_folder`
+makes sure `run_dir` is a writable folder, removes the run's own partial saves, chooses the
 checkpoint a resumed run continues from, refuses a config that no longer fits that checkpoint,
 and records every start's config. Whatever goes wrong here is a `UsageError`: the launcher
 prints its message alone and exits 1.
 
 Files it keeps in `run_dir`:
+  .lock                  the lock of the run using the folder (its pid and host, for the message
+                         a second run gets); left behind, harmlessly, when the run ends;
   config.json            the config of the run's first start, never overwritten;
   config_history.jsonl   one line per start: time, checkpoint resumed from, changed fields,
                          the whole config;
@@ -16,9 +19,12 @@ Files it keeps in `run_dir`:
 
 import dataclasses
 import datetime
+import errno
+import fcntl
 import json
 import math
 import os
+import socket
 import tempfile
 from typing import Any, Callable
 
@@ -56,6 +62,67 @@ def _check_writable(run_dir: str) -> None:
                          f"{e.strerror or e}") from None
 
 
+LOCK_FILE = ".lock"
+
+
+class RunFolderLock:
+    """Holds `run_dir` for one run until `release()` (or the end of the process).
+
+    Two runs in one folder would cost each other checkpoints: a second start removes the first's
+    unfinished save (`step_N.tmp`) under it and, without `--resume`, moves its folder aside;
+    with `--resume` both write and prune the same `checkpoints/`. So a run takes an exclusive
+    `flock` on `run_dir/.lock` before it touches anything there, and a second run (a double
+    launch, a job requeued while the first still runs) stops with a `UsageError` naming the
+    holder. The kernel drops the lock when the holding process ends, however it ends (SIGKILL
+    included), so a stale lock never blocks `--resume`. Where the filesystem has no locks at all,
+    the run goes on without one and says so.
+
+    Args:
+      run_dir: the run folder; created if missing (the same checks as `prepare_run_folder`).
+      print_fn: where the note about a filesystem without locks goes.
+
+    Raises:
+      UsageError: run_dir unusable, or held by another run.
+    """
+
+    def __init__(self, run_dir: str, print_fn: Callable = print) -> None:
+        _check_writable(run_dir)
+        path = os.path.join(run_dir, LOCK_FILE)
+        self._file = open(path, "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().split()
+            self.release()
+            raise UsageError(f"run_dir {run_dir!r} is in use by another run "
+                             f"({_describe_holder(holder)}); stop that run first or choose "
+                             "another --run_dir") from None
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                self.release()
+                raise
+            print_fn(f"run_dir {run_dir!r} is on a filesystem without file locks: nothing keeps "
+                     "a second run out of it")
+        self._file.truncate(0)
+        self._file.write(f"{os.getpid()} {socket.gethostname()}\n")
+        self._file.flush()
+
+    def release(self) -> None:
+        """Lets another run use the folder (closing the file drops the lock); idempotent."""
+        self._file.close()
+
+
+def _describe_holder(holder: list[str]) -> str:
+    """`holder`: the words of a lock file, `[pid, host]`."""
+    if len(holder) != 2:
+        return "its pid not yet recorded"
+    pid, host = holder
+    if pid == str(os.getpid()) and host == socket.gethostname():
+        return "an agent in this process that was not closed: call its close() or run() first"
+    return f"pid {pid} on {host}"
+
+
 def config_changes(saved: dict, config: Any) -> tuple[dict, dict]:
     """(fixed, allowed): fields whose value differs from the saved config, as
     `{field: (old, new)}`, split by `config.RESUME_MAY_CHANGE`. Fields the saved config does not
@@ -83,7 +150,7 @@ def _move_previous_run(run_dir: str, ckpt_dir: str, print_fn: Callable) -> None:
     target = os.path.join(run_dir, "previous", stamp)
     os.makedirs(target)
     for name in os.listdir(run_dir):
-        if name != "previous":
+        if name not in ("previous", LOCK_FILE):  # the lock stays with the folder it guards
             os.rename(os.path.join(run_dir, name), os.path.join(target, name))
     print_fn(f"run_dir {run_dir} held an earlier run; moved it to {target} (pass --resume to "
              "continue a run instead)")

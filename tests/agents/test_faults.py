@@ -197,6 +197,32 @@ def test_a_new_run_moves_an_earlier_one_aside(finished_run, tmp_path):
     assert not (run_dir / "checkpoints").exists() and "moved it to" in printed[0]
 
 
+def test_a_folder_in_use_refuses_a_second_lock_until_released(finished_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    held = run_folder.RunFolderLock(str(run_dir))
+    with pytest.raises(UsageError, match="in use by another run .an agent in this process"):
+        run_folder.RunFolderLock(str(run_dir))
+    # A new run moves the earlier run aside, but not the lock that keeps a third one out.
+    run_folder.prepare_run_folder(apex_config(run_dir), print)
+    assert os.listdir(run_dir / "previous") and (run_dir / run_folder.LOCK_FILE).exists()
+    with pytest.raises(UsageError, match="in use by another run"):
+        run_folder.RunFolderLock(str(run_dir))
+    held.release()
+    held.release()  # idempotent
+    run_folder.RunFolderLock(str(run_dir)).release()
+
+
+def test_an_agent_that_fails_to_build_or_finishes_lets_go_of_its_folder(tmp_path):
+    with pytest.raises(ValueError, match="not an envpool env"):
+        ApexAgent(apex_config(tmp_path, env="NoSuchEnv-v0"))
+    agent = ApexAgent(apex_config(tmp_path, total_env_steps=600, min_replay_size=100))
+    with pytest.raises(UsageError, match="an agent in this process that was not closed"):
+        ApexAgent(apex_config(tmp_path, resume=True))
+    agent.run()
+    ApexAgent(apex_config(tmp_path, resume=True)).close()
+
+
 # ------------------------------------------------------------------------------ full disk
 
 @pytest.mark.parametrize("policy", ["retry", "stop"])
@@ -336,6 +362,47 @@ def test_ctrl_c_during_an_evaluation_abandons_it_and_writes_the_final_checkpoint
     assert sum(line.startswith("evaluation step") for line in seen[stopping:]) <= 1, out
     assert "did not stop" not in out and "Fatal Python error" not in out, out
     assert checkpoint.find_resumable(str(tmp_path / "checkpoints"), print) is not None
+
+
+def test_a_second_launch_into_a_folder_in_use_is_refused_and_costs_the_first_nothing(tmp_path):
+    """A double launch, or a job requeued while its first copy still runs: the second must not
+    remove the first's unfinished save, move its folder aside or prune its checkpoints."""
+    proc = subprocess.Popen(
+        [sys.executable, "experiments/run_apex.py", f"--flagfile={APEX_CFG}",
+         f"--run_dir={tmp_path}", "--total_env_steps=100000000", "--checkpoint_period_s=0.2",
+         "--log_period_s=0.3", "--solved_return=inf"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("[apex"):
+                break
+        second = [subprocess.Popen(
+            [sys.executable, f"experiments/run_apex.py", f"--flagfile={APEX_CFG}",
+             f"--run_dir={tmp_path}", *flags], cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True) for flags in ([], ["--resume"])]
+        results = [p.communicate(timeout=90) for p in second]
+        proc.send_signal(signal.SIGINT)
+        seen += proc.stdout.readlines()
+        proc.wait(timeout=30)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    for p, (out, err) in zip(second, results):
+        lines = own_lines(err)
+        assert p.returncode == 1, out + err
+        assert len(lines) == 1 and lines[0].startswith(f"error: run_dir '{tmp_path}' is in use "
+                                                       f"by another run (pid {proc.pid} on "), err
+    first = "".join(seen)
+    assert proc.returncode == 130 and "Traceback" not in first, first
+    assert not (tmp_path / "previous").exists()
+    assert len(open(tmp_path / "config_history.jsonl").readlines()) == 1
+    newest = checkpoint.list_checkpoints(str(tmp_path / "checkpoints"))[-1]
+    assert checkpoint.is_complete(newest, checksums=True)
+    assert checkpoint.find_resumable(str(tmp_path / "checkpoints"), print) == newest
 
 
 def test_a_run_killed_at_a_random_moment_resumes(tmp_path):
