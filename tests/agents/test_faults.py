@@ -5,6 +5,7 @@ lost: bad flags and run folders, damaged checkpoints, a config changed on resume
 signals during shutdown, SIGKILL, and a failure in every kind of thread.
 """
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -62,6 +63,19 @@ def own_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()
             and not re.match(r"^[IWEF]\d{4} ", line) and "Warning" not in line
             and not line.startswith(" ")]
+
+
+@contextlib.contextmanager
+def watched(proc: subprocess.Popen, seconds: float = 120):
+    """Kills `proc` after `seconds` (a stop that hangs fails the test instead of hanging it) and
+    on the way out."""
+    watchdog = threading.Timer(seconds, proc.kill)
+    watchdog.start()
+    try:
+        yield proc
+    finally:
+        watchdog.cancel()
+        proc.kill()
 
 
 # ------------------------------------------------------------------------------ bad flags
@@ -288,11 +302,8 @@ def test_ctrl_c_stops_with_a_checkpoint_and_later_signals_do_not_interrupt_it(ag
          f"--run_dir={tmp_path}", "--total_env_steps=100000000", "--log_period_s=0.3",
          "--solved_return=inf"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # A stop that hangs fails the test instead of hanging it.
-    watchdog = threading.Timer(120, proc.kill)
-    watchdog.start()
     seen, interrupted, joining = [], False, False
-    try:
+    with watched(proc):
         # Every line is read through this one loop: another reader (communicate) would miss
         # the lines this file object has already read ahead. The actor threads' own join can
         # print "joining" before the driver's "interrupted" line.
@@ -307,9 +318,6 @@ def test_ctrl_c_stops_with_a_checkpoint_and_later_signals_do_not_interrupt_it(ag
                     proc.send_signal(sig)  # as GNU timeout does to the process group
                     time.sleep(0.1)
         proc.wait(timeout=30)
-    finally:
-        watchdog.cancel()
-        proc.kill()
     out = "".join(seen)
     assert proc.returncode == 130, out
     assert "interrupted (SIGINT): stopping threads and writing a checkpoint" in out, out
@@ -343,18 +351,13 @@ def test_ctrl_c_during_an_evaluation_abandons_it_and_writes_the_final_checkpoint
          "--eval_period=1", "--solved_return=inf"], cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
-    watchdog = threading.Timer(120, proc.kill)
-    watchdog.start()
     seen = []
-    try:
+    with watched(proc):
         for line in proc.stdout:
             seen.append(line)
             if line.startswith("evaluation step") and seen.count(line) == 1:
                 proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
-    finally:
-        watchdog.cancel()
-        proc.kill()
     out = "".join(seen)
     assert proc.returncode == 130, out
     stopping = next(i for i, line in enumerate(seen) if line.startswith("interrupted (SIGINT)"))
@@ -372,25 +375,20 @@ def test_a_second_launch_into_a_folder_in_use_is_refused_and_costs_the_first_not
          f"--run_dir={tmp_path}", "--total_env_steps=100000000", "--checkpoint_period_s=0.2",
          "--log_period_s=0.3", "--solved_return=inf"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    watchdog = threading.Timer(120, proc.kill)
-    watchdog.start()
     seen = []
-    try:
+    with watched(proc):
         for line in proc.stdout:
             seen.append(line)
             if line.startswith("[apex"):
                 break
         second = [subprocess.Popen(
-            [sys.executable, f"experiments/run_apex.py", f"--flagfile={APEX_CFG}",
+            [sys.executable, "experiments/run_apex.py", f"--flagfile={APEX_CFG}",
              f"--run_dir={tmp_path}", *flags], cwd=ROOT, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True) for flags in ([], ["--resume"])]
         results = [p.communicate(timeout=90) for p in second]
         proc.send_signal(signal.SIGINT)
         seen += proc.stdout.readlines()
         proc.wait(timeout=30)
-    finally:
-        watchdog.cancel()
-        proc.kill()
     for p, (out, err) in zip(second, results):
         lines = own_lines(err)
         assert p.returncode == 1, out + err
