@@ -184,6 +184,13 @@ class FrameStackStorage:
         # stream -> {hash: seq}, oldest first: one small table (<= 32 entries) per stream seen.
         self._tables: dict[int, dict[int, int]] = {}
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the ring, the slots' frame seqs and the plain fields (the tables of the
+        streams are a few hundred bytes each)."""
+        plain = self._plain.nbytes if self._plain is not None else 0
+        return self.frames.nbytes + self.slot_seqs.nbytes + self._oldest.nbytes + plain
+
     def _to_frames(self, stacks: np.ndarray) -> np.ndarray:
         """`[B, *stack_shape]` in the spec's layout -> contiguous uint8 `[B, stack, H, W]`."""
         stacks = np.asarray(stacks)

@@ -132,6 +132,12 @@ class PrioritizedReplay:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the replay takes once full: storage, sum tree and slot ids. NumPy maps
+        zero-filled arrays lazily, so resident memory grows toward this as the replay fills."""
+        return self.storage.nbytes + self._tree.nbytes + self._ids.nbytes
+
     def stats(self) -> dict[str, int]:
         """Counters: size, added, evicted, sampled, updates applied and dropped as stale."""
         with self._lock:

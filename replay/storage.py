@@ -22,6 +22,7 @@ class Storage(Protocol):
     """What `PrioritizedReplay` needs from a transition store of `capacity` slots."""
 
     capacity: int
+    nbytes: int  # of its arrays once every slot is written (they may be mapped lazily)
 
     def prepare(self, transitions: dict[str, np.ndarray], streams: np.ndarray | None) -> Any:
         """Validates a batch (fields `[B, ...]`, streams `[B]` or None); raises ValueError."""
@@ -55,6 +56,10 @@ class ArrayStorage:
         self.capacity = capacity
         self.data = {name: np.zeros((capacity,) + shape, dtype)
                      for name, (shape, dtype) in self.spec.items()}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(array.nbytes for array in self.data.values())
 
     def prepare(self, transitions, streams=None):
         batch = len(next(iter(transitions.values()))) if transitions else 0

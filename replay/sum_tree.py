@@ -64,6 +64,11 @@ class SumTree:
                 for view in (tree[lo:hi:2], tree[lo + 1:hi:2], tree[lo >> 1:hi >> 1])))
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the node array (both trees)."""
+        return self._nodes.nbytes
+
+    @property
     def total(self) -> float:
         """The sum of all priorities (the root)."""
         return float(self._sum[1])

@@ -9,6 +9,7 @@ a shard process starts without loading them (`tests/agents/apex/test_ray_backend
 import numpy as np
 
 from agents.apex.config import ApexConfig
+from agents.run import host_memory
 from agents.run.envs import EnvInfo
 from agents.run.seeds import run_seeds
 from replay.frames import FrameStackStorage
@@ -29,7 +30,46 @@ def make_rate_limiter(config: ApexConfig) -> MinSize:
 
 def make_replay(config: ApexConfig, info: EnvInfo, shard: int = 0) -> PrioritizedReplay:
     """The replay (or shard `shard` of `config.replay_shards`, holding its share of the
-    capacity) with its rate limiter; Atari frame stacks are stored one frame at a time."""
+    capacity) with its rate limiter; Atari frame stacks are stored one frame at a time.
+
+    Raises:
+      ValueError: naming replay_capacity, if the replay once full would not fit in the memory
+        this process can still take (`check_fits_in_memory`).
+    """
+    available = host_memory.available_bytes()  # before the replay maps anything
+    replay = _build_replay(config, info, shard)
+    check_fits_in_memory(replay, available, config)
+    return replay
+
+
+def check_fits_in_memory(replay: PrioritizedReplay, available: int | None,
+                         config: ApexConfig) -> None:
+    """Raises a ValueError naming replay_capacity if `replay` once full needs more than
+    `available` bytes (None: unknown, nothing checked).
+
+    The replay's arrays are mapped lazily and fill over hours, so a replay too large for the
+    host is otherwise found by the kernel's OOM killer once it fills, and again after every
+    `--resume` (which loads it whole). Only the replay is counted, not the rest of the run.
+    """
+    if available is None or replay.nbytes <= available:
+        return
+    per_transition = replay.nbytes / replay.capacity
+    # The sum tree pads its leaves to a power of two (32-64 bytes a transition): 64 bytes more
+    # a transition keeps the capacity offered below the limit at any size.
+    fits = int(available / (per_transition + 64)) * config.replay_shards // 1000 * 1000
+    what = "the replay" if config.replay_shards == 1 else "each replay shard"
+    raise ValueError(
+        f"replay_capacity={config.replay_capacity} does not fit in memory: {what} takes "
+        f"{_size(replay.nbytes)} once full ({per_transition:,.0f} bytes a transition) and this "
+        f"process can take {_size(available)} more (the host's available memory, or its "
+        f"cgroup's limit); use replay_capacity <= {fits:,} or free memory")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def _build_replay(config: ApexConfig, info: EnvInfo, shard: int) -> PrioritizedReplay:
     capacity = -(-config.replay_capacity // config.replay_shards)
     obs = (info.obs_shape, info.obs_dtype)
     spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),

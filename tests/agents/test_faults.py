@@ -111,6 +111,44 @@ def test_a_usage_error_is_one_line_and_exit_1(agent, flags, message, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+SMALL_HOST = """
+from agents.run import host_memory
+host_memory.available_bytes = lambda: 3 * 2**20
+import runpy
+runpy.run_path("experiments/run_apex.py", run_name="__main__")
+"""
+
+
+def test_a_replay_too_large_for_the_memory_left_is_a_usage_error(tmp_path):
+    """A replay maps its arrays lazily: too large for the host, it would be OOM-killed hours in,
+    once full, and again after every --resume. Here the host has 3 MiB left."""
+    result = subprocess.run(
+        [sys.executable, "-c", SMALL_HOST, f"--flagfile={APEX_CFG}", f"--run_dir={tmp_path}"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+        timeout=90)
+    lines = own_lines(result.stderr)
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert re.match(r"error: replay_capacity=50000 does not fit in memory: the replay takes "
+                    r"4\.5 MiB once full \(94 bytes a transition\) and this process can take "
+                    r"3\.0 MiB more", lines[0]), lines
+    fits = int(re.search(r"use replay_capacity <= ([\d,]+)", lines[0])[1].replace(",", ""))
+    assert 15_000 <= fits < 50_000 and "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_the_capacity_offered_instead_fits(monkeypatch, tmp_path):
+    from agents.apex import replay as apex_replay
+    from agents.run.envs import actor_env_settings, env_info
+    config = apex_config(tmp_path, replay_capacity=100_000, replay_shards=2,
+                         backend="ray")
+    info = env_info(actor_env_settings(config, 0))
+    monkeypatch.setattr(apex_replay.host_memory, "available_bytes", lambda: 2**20)
+    with pytest.raises(ValueError, match="each replay shard takes") as raised:
+        apex_replay.make_replay(config, info)
+    fits = int(re.search(r"<= ([\d,]+)", str(raised.value))[1].replace(",", ""))
+    apex_replay.make_replay(dataclasses.replace(config, replay_capacity=fits), info)
+
+
 # ------------------------------------------------------------------------ damaged checkpoints
 
 @pytest.fixture(scope="module")

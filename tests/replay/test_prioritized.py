@@ -29,6 +29,26 @@ def test_add_returns_ids_and_sample_returns_what_was_added():
     assert sample.weights.dtype == np.float32 and sample.weights.shape == (16,)
 
 
+def test_nbytes_counts_the_full_replay_whether_or_not_it_is_filled():
+    replay = PrioritizedReplay(1000, SPEC)
+    # x: 3 float32, tag: int64; a complex128 node pair per leaf of 1024; one int64 id per slot.
+    want = 1000 * (3 * 4 + 8) + 2 * 1024 * 16 + 1000 * 8
+    assert replay.nbytes == want
+    replay.add(batch(np.arange(10)), np.ones(10))
+    assert replay.nbytes == want
+
+
+def test_nbytes_of_atari_frame_storage_counts_the_frame_ring():
+    from replay.frames import FrameStackStorage
+    spec = {"obs": ((4, 84, 84), np.uint8), "action": ((), np.int32),
+            "next_obs": ((4, 84, 84), np.uint8)}
+    replay = PrioritizedReplay(1000, storage=FrameStackStorage(spec, 1000, stack_axis=0))
+    frames = 1000 + 1000 // 16 + 1024  # the default ring
+    slot_seqs, oldest = 1000 * 2 * 4 * 8, 1000 * 8
+    want = frames * 84 * 84 + slot_seqs + oldest + 1000 * 4 + 2 * 1024 * 16 + 1000 * 8
+    assert replay.nbytes == want
+
+
 def test_sampling_frequencies_follow_priorities_to_the_alpha():
     replay = PrioritizedReplay(10, SPEC, alpha=0.6, priority_epsilon=0.0, seed=1)
     priorities = np.array([0.5, 1, 2, 3, 4, 0, 6, 7, 8, 0.1])
