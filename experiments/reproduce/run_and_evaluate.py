@@ -18,10 +18,10 @@ from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
 from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
-from agents.run.envs import actor_env_settings, is_atari, make_env
+from agents.run.envs import is_atari
 from agents.run.evaluation import FRAME_SKIP, EvalProtocol
 from agents.run.logger import read_metrics
-from agents.run.seeds import run_seeds
+from agents.run.trained import evaluate_params
 
 AGENTS = {"apex": (ApexAgent, ApexConfig), "impala": (ImpalaAgent, ImpalaConfig)}
 RESULT = "result.json"
@@ -55,17 +55,8 @@ def check_agent(agent: str) -> None:
 def protocol_evaluate(agent: Any, protocol: EvalProtocol, evaluation: int = 0) -> np.ndarray:
     """Plays `protocol.episodes` episodes with a finished agent's final parameters on envs
     seeded apart from training; returns their `[episodes]` returns."""
-    config = agent.config
-    seeds = run_seeds(config)
-    settings = protocol.env_settings(actor_env_settings(config, 0),
-                                     seeds.protocol_envs_seed(evaluation, protocol.episodes))
     params = jax.device_get(agent.learner.host_state().params)
-    env = make_env(settings)
-    try:
-        rng = np.random.default_rng(seeds.protocol_actions(evaluation))
-        return protocol.play(env, agent.eval_scores(), params, rng).returns
-    finally:
-        env.close()
+    return evaluate_params(agent.config, agent.eval_scores(), params, protocol, evaluation)
 
 
 def run(agent_name: str, config: Any, protocol: EvalProtocol | None,

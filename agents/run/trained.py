@@ -1,0 +1,147 @@
+"""A trained agent from one of its checkpoints, for notebooks and scripts.
+
+`load("impala", "runs/x/checkpoints/step_000000031248")` rebuilds the run's config, its network
+and its parameters from a checkpoint folder (verified against its manifest first). It starts no
+run: no run folder is locked or written, no thread, optimizer or replay is made, so a finished
+run, one still training, or a checkpoint shipped in `docs/results/` can be looked at as it is.
+`evaluate` plays it with the papers' protocol, as the reproduction harness scores a run.
+
+    trained = load("impala", "docs/results/impala_pong_cpu_group_norm_batch8/step_000000031248")
+    returns = trained.evaluate(paper_protocol("impala", episodes=4))  # [4] game scores
+"""
+
+import dataclasses
+import functools
+import math
+import os
+import typing
+from typing import Any, Callable
+
+import flax.linen as nn
+import flax.serialization
+import jax
+import numpy as np
+
+from agents.apex.builder import make_network as apex_network
+from agents.apex.config import ApexConfig
+from agents.impala.builder import make_network as impala_network
+from agents.impala.config import ImpalaConfig
+from agents.run import checkpoint
+from agents.run.envs import EnvInfo, actor_env_settings, env_info, make_env
+from agents.run.evaluation import EvalProtocol
+from agents.run.seeds import run_seeds
+
+# agent -> (config class, `(config, info) -> network`, `network.apply` output -> scores [B, A])
+AGENTS: dict[str, tuple[type, Callable, Callable]] = {
+    "apex": (ApexConfig, apex_network, lambda out: out),  # Q-values
+    "impala": (ImpalaConfig, impala_network, lambda out: out[0]),  # (logits, values)
+}
+
+
+def config_from_saved(config_cls: type, saved: dict) -> Any:
+    """`config_cls` from a checkpoint's `meta.json` config: lists back to tuples, a None
+    infinity back to inf; fields it does not record (added since) keep their defaults."""
+    hints = typing.get_type_hints(config_cls)
+    values = {}
+    for field in dataclasses.fields(config_cls):
+        if field.name not in saved:
+            continue
+        value = saved[field.name]
+        if typing.get_origin(hints[field.name]) is tuple:
+            value = tuple(value)
+        elif hints[field.name] is float and value is None:
+            value = math.inf
+        values[field.name] = value
+    return config_cls(**values)
+
+
+def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalProtocol,
+                    evaluation: int = 0) -> np.ndarray:
+    """Plays `protocol.episodes` episodes with `params` on envs seeded apart from training
+    (evaluation k of a run gets seeds of its own); returns their `[episodes]` returns.
+
+    Args:
+      config: the run's config (its env, preprocessing and seed).
+      scores: jitted `(params, obs [B, ...]) -> [B, A]` (Q-values or logits).
+      params: the network's variables.
+      protocol: episodes, action rule, no-ops and cap (`paper_protocol`).
+      evaluation: which of the run's protocol evaluations this is.
+    """
+    seeds = run_seeds(config)
+    settings = protocol.env_settings(actor_env_settings(config, 0),
+                                     seeds.protocol_envs_seed(evaluation, protocol.episodes))
+    env = make_env(settings)
+    try:
+        rng = np.random.default_rng(seeds.protocol_actions(evaluation))
+        return protocol.play(env, scores, params, rng).returns
+    finally:
+        env.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedAgent:
+    """A checkpoint's network and parameters (see `load`).
+
+    Attributes:
+      agent: "apex" or "impala".
+      config: the run's config as the checkpoint recorded it.
+      info: the env's observation and action spaces.
+      network: the Flax module; `network.apply(params, obs)` as in training.
+      params: its variables (host arrays).
+      updates: learner updates at the checkpoint.
+      env_steps: agent steps of all actors at the checkpoint (4 emulator frames each on Atari).
+    """
+
+    agent: str
+    config: Any
+    info: EnvInfo
+    network: nn.Module
+    params: Any
+    updates: int
+    env_steps: int
+
+    @functools.cached_property
+    def _scores(self) -> Callable:
+        to_scores = AGENTS[self.agent][2]
+        return jax.jit(lambda params, obs: to_scores(self.network.apply(params, obs)))
+
+    def scores(self, obs: np.ndarray) -> np.ndarray:
+        """`[B, A]` Q-values (Ape-X) or policy logits (IMPALA) of observations `[B, ...]`."""
+        return np.asarray(self._scores(self.params, obs))
+
+    def evaluate(self, protocol: EvalProtocol, evaluation: int = 0) -> np.ndarray:
+        """`[protocol.episodes]` returns of whole games under `protocol` (`evaluate_params`)."""
+        return evaluate_params(self.config, self._scores, self.params, protocol, evaluation)
+
+
+def load(agent: str, path: str) -> TrainedAgent:
+    """The trained agent of checkpoint folder `path` (a `step_<N>` of a run's `checkpoints/`).
+
+    Raises:
+      ValueError: an unknown `agent`.
+      CheckpointError: `path` is not a complete checkpoint (a file missing or damaged).
+      CheckpointMismatch: its parameters do not fit `agent`'s network for its config (another
+        agent's checkpoint).
+    """
+    if agent not in AGENTS:
+        raise ValueError(f"agent must be one of {tuple(AGENTS)}, got {agent!r}")
+    config_cls, make_network, _ = AGENTS[agent]
+    checkpoint.verify(path)
+    meta = checkpoint.read_meta(path)
+    config = config_from_saved(config_cls, meta["config"])
+    info = env_info(actor_env_settings(config, 0))
+    network = make_network(config, info)
+    template = jax.eval_shape(network.init, jax.random.PRNGKey(0),
+                              np.zeros((1,) + info.obs_shape, info.obs_dtype))
+    with open(os.path.join(path, "learner.msgpack"), "rb") as f:
+        state = flax.serialization.msgpack_restore(f.read())
+    try:
+        params = flax.serialization.from_state_dict(template, state["params"])
+        if jax.tree.map(np.shape, params) != jax.tree.map(lambda x: x.shape, template):
+            raise ValueError("parameter shapes differ")
+    except (KeyError, ValueError) as e:
+        raise checkpoint.CheckpointMismatch(
+            f"{path}: its parameters do not fit {agent}'s network for its config "
+            f"({type(e).__name__}: {str(e)[:300]})") from None
+    return TrainedAgent(agent, config, info, network, params, int(meta["updates"]),
+                        int(meta["counters"]["env_steps"]))
