@@ -1,7 +1,7 @@
 # Two commands on a fresh machine:
 #   make run    set up .venv and run the main job
 #   make test   set up .venv (with test tools) and run the test suite
-# Also: make notebook (opens notebooks/vtrace.ipynb in JupyterLab), make bench, make bench-peers
+# Also: make notebook (opens notebooks/ in JupyterLab), make bench, make bench-peers
 # (the main job against Stable-Baselines3).
 PYTHON ?= python3
 VENV ?= .venv
@@ -62,8 +62,8 @@ bench-peers: setup-dev .venv-peers/.sb3
 # JupyterLab is installed on first use only: the tests run the notebooks without it.
 notebook: setup-dev
 	$(PY) -m pip install --quiet jupyterlab==4.6.6
-	$(VENV)/bin/jupytext --to ipynb notebooks/vtrace.py
-	$(VENV)/bin/jupyter lab notebooks/vtrace.ipynb
+	$(VENV)/bin/jupytext --to ipynb notebooks/*.py
+	$(VENV)/bin/jupyter lab notebooks/
 
 clean:
 	rm -rf $(VENV) .venv-peers build *.egg-info

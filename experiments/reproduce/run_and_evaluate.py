@@ -21,7 +21,7 @@ from agents.impala.config import ImpalaConfig
 from agents.run.envs import is_atari
 from agents.run.evaluation import FRAME_SKIP, EvalProtocol
 from agents.run.logger import read_metrics
-from agents.run.trained import evaluate_params
+from agents.trained import evaluate_params
 
 AGENTS = {"apex": (ApexAgent, ApexConfig), "impala": (ImpalaAgent, ImpalaConfig)}
 RESULT = "result.json"

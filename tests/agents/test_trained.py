@@ -1,4 +1,4 @@
-"""agents.run.trained: a checkpoint's network and parameters, without starting a run."""
+"""agents.trained: a checkpoint's network and parameters, without starting a run."""
 
 import json
 import math
@@ -11,7 +11,8 @@ import pytest
 
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.run import checkpoint, run_folder, trained
+from agents import trained
+from agents.run import checkpoint, run_folder
 from agents.run.evaluation import paper_protocol
 from agents.run.flags import config_from_flagfile
 
