@@ -291,8 +291,8 @@ def test_a_full_disk_during_a_periodic_save_is_reported_and_handled(policy, tmp_
 
     monkeypatch.setattr(PrioritizedReplay, "save", full_once)
     printed = []
-    summary = ApexAgent(apex_config(tmp_path, checkpoint_period_s=0.3, checkpoint_failure=policy,
-                                    total_env_steps=15_000),
+    summary = ApexAgent(apex_config(tmp_path, checkpoint_period_s=0.2, checkpoint_failure=policy,
+                                    total_env_steps=6_000),
                         print_fn=printed.append).run()
     failure = [p for p in printed if "periodic checkpoint failed" in p]
     assert len(failure) == 1 and "No space left on device" in failure[0]
@@ -300,7 +300,7 @@ def test_a_full_disk_during_a_periodic_save_is_reported_and_handled(policy, tmp_
         assert "retrying" in failure[0] and len(calls) > 2  # later periodic saves went on
     else:
         assert "stopping: checkpoint_failure=stop" in printed and len(calls) == 2
-        assert summary["env_steps"] < 15_000
+        assert summary["env_steps"] < 6_000
     assert checkpoint.is_complete(summary["checkpoint"], checksums=True)
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".tmp")]
 
