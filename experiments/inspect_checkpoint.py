@@ -14,11 +14,10 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from agents.impala.builder import make_network
+from agents import trained
 from agents.impala.config import ImpalaConfig
-from agents.impala.learner import init_state, make_optimizer
 from agents.run import checkpoint
-from agents.run.envs import actor_env_settings, env_info, make_env
+from agents.run.envs import actor_env_settings, make_env
 from agents.run.flags import config_from_flags, define_flags
 
 define_flags(ImpalaConfig)
@@ -42,15 +41,13 @@ def summary(network, params, frames: np.ndarray) -> str:
 
 def main(argv):
     config = config_from_flags(ImpalaConfig)
-    info = env_info(actor_env_settings(config, 0))
-    network = make_network(config, info)
-    fresh = init_state(network, make_optimizer(config), np.zeros(info.obs_shape, info.obs_dtype),
-                       jax.random.PRNGKey(0))
     path = checkpoint.find_resumable(f"{config.run_dir}/checkpoints", print, move_aside=False)
     if path is None:
         raise SystemExit(f"error: no checkpoint in {config.run_dir}/checkpoints")
-    trained, meta = checkpoint.restore_checkpoint(path, fresh, verified=True)
-    env = make_env(actor_env_settings(config, 0).for_evaluation(8))
+    agent = trained.load("impala", path)
+    info, network = agent.info, agent.network
+    fresh = network.init(jax.random.PRNGKey(0), np.zeros((1,) + info.obs_shape, info.obs_dtype))
+    env = make_env(actor_env_settings(agent.config, 0).for_evaluation(8))
     obs, _ = env.reset()
     rng, frames = np.random.default_rng(0), []
     for step in range(flags.FLAGS.random_steps):
@@ -59,10 +56,10 @@ def main(argv):
             frames.append(obs.copy())
     env.close()
     frames = np.concatenate(frames)
-    print(f"{len(frames)} frames; checkpoint {path} after {meta['updates']:,} updates, "
-          f"{meta['counters'].get('env_steps', 0):,} agent steps")
-    print(f"initial: {summary(network, fresh.params, frames)}")
-    print(f"trained: {summary(network, trained.params, frames)}")
+    print(f"{len(frames)} frames; checkpoint {path} after {agent.updates:,} updates, "
+          f"{agent.env_steps:,} agent steps")
+    print(f"initial: {summary(network, fresh, frames)}")
+    print(f"trained: {summary(network, agent.params, frames)}")
 
 
 if __name__ == "__main__":
