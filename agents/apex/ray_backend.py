@@ -29,7 +29,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from agents.apex.builder import make_actor, make_network
 from agents.apex.config import ApexConfig
-from agents.apex.replay import ReplayShard
+from agents.apex.replay import ReplayShard, check_shards_fit
 from agents.parallel import ray_cluster
 from agents.run.envs import EnvInfo
 from agents.run.param_server import ParamServer
@@ -286,6 +286,12 @@ class RayBackend:
         self._worker_cls = ray.remote(ActorWorker).options(
             num_cpus=config.ray_cpus_per_actor, max_concurrency=4)
         self.shards = [shard_cls.remote(config, info, k) for k in range(config.replay_shards)]
+        try:  # each shard maps its arrays lazily: shards on one host could all start, then fill
+            check_shards_fit(_shard_call([s.footprint.remote() for s in self.shards], "start"),
+                             config)
+        except (ValueError, ReplayShardLost):
+            self.close()
+            raise
         self.replay = ShardedReplay(self.shards, config.importance_exponent,
                                     run_seeds(config).shard_split())
         self.workers: dict[int, Any] = {}

@@ -6,6 +6,8 @@ Ray every shard lives in a process of its own, so this module imports neither JA
 a shard process starts without loading them (`tests/agents/apex/test_ray_backend.py` checks).
 """
 
+import socket
+
 import numpy as np
 
 from agents.apex.config import ApexConfig
@@ -38,31 +40,50 @@ def make_replay(config: ApexConfig, info: EnvInfo, shard: int = 0) -> Prioritize
     """
     available = host_memory.available_bytes()  # before the replay maps anything
     replay = _build_replay(config, info, shard)
-    check_fits_in_memory(replay, available, config)
+    check_fits_in_memory(replay.nbytes, available, config)
     return replay
 
 
-def check_fits_in_memory(replay: PrioritizedReplay, available: int | None,
-                         config: ApexConfig) -> None:
-    """Raises a ValueError naming replay_capacity if `replay` once full needs more than
-    `available` bytes (None: unknown, nothing checked).
+def check_fits_in_memory(shard_nbytes: int, available: int | None, config: ApexConfig,
+                         shards_here: int = 1) -> None:
+    """Raises a ValueError naming replay_capacity if `shards_here` replay shards (the whole
+    replay if the run has one) of `shard_nbytes` each once full need more than the `available`
+    bytes of their host (None: unknown, nothing checked).
 
     The replay's arrays are mapped lazily and fill over hours, so a replay too large for the
     host is otherwise found by the kernel's OOM killer once it fills, and again after every
     `--resume` (which loads it whole). Only the replay is counted, not the rest of the run.
     """
-    if available is None or replay.nbytes <= available:
+    if available is None or shard_nbytes * shards_here <= available:
         return
-    per_transition = replay.nbytes / replay.capacity
+    per_transition = shard_nbytes / -(-config.replay_capacity // config.replay_shards)
     # The sum tree pads its leaves to a power of two (32-64 bytes a transition): 64 bytes more
     # a transition keeps the capacity offered below the limit at any size.
-    fits = int(available / (per_transition + 64)) * config.replay_shards // 1000 * 1000
-    what = "the replay" if config.replay_shards == 1 else "each replay shard"
+    fits = (int(available / shards_here / (per_transition + 64)) * config.replay_shards
+            // 1000 * 1000)
+    if config.replay_shards == 1:
+        what, where = "the replay takes", "this process"
+    elif shards_here == 1:
+        what, where = "each replay shard takes", "its process"
+    else:
+        what, where = f"{shards_here} replay shards on one host take", "that host"
     raise ValueError(
-        f"replay_capacity={config.replay_capacity} does not fit in memory: {what} takes "
-        f"{_size(replay.nbytes)} once full ({per_transition:,.0f} bytes a transition) and this "
-        f"process can take {_size(available)} more (the host's available memory, or its "
-        f"cgroup's limit); use replay_capacity <= {fits:,} or free memory")
+        f"replay_capacity={config.replay_capacity} does not fit in memory: {what} "
+        f"{_size(shard_nbytes * shards_here)} once full ({per_transition:,.0f} bytes a "
+        f"transition) and {where} can take {_size(available)} more (the host's available "
+        f"memory, or its cgroup's limit); use replay_capacity <= {fits:,} or free memory")
+
+
+def check_shards_fit(footprints: list[tuple[str, int, int | None]], config: ApexConfig) -> None:
+    """`check_fits_in_memory` for every host of the shards' `ReplayShard.footprint`s: shards
+    that share a host share its memory, though each alone would fit."""
+    hosts: dict[str, list[tuple[int, int | None]]] = {}
+    for host, nbytes, available in footprints:
+        hosts.setdefault(host, []).append((nbytes, available))
+    for shards in hosts.values():
+        known = [available for _, available in shards if available is not None]
+        check_fits_in_memory(max(nbytes for nbytes, _ in shards), min(known, default=None),
+                             config, shards_here=len(shards))
 
 
 def _size(nbytes: int) -> str:
@@ -86,7 +107,14 @@ class ReplayShard:
     """A Ray actor holding shard `index` of the run's replay (see `make_replay`)."""
 
     def __init__(self, config: ApexConfig, info: EnvInfo, index: int):
-        self.replay = make_replay(config, info, index)
+        # Not checked here: the driver checks the shards of each host together.
+        self._available = host_memory.available_bytes()  # before the replay maps anything
+        self.replay = _build_replay(config, info, index)
+
+    def footprint(self) -> tuple[str, int, int | None]:
+        """(this shard's host, the bytes it takes once full, the bytes its process could
+        still take when it started), for `check_shards_fit`."""
+        return socket.gethostname(), self.replay.nbytes, self._available
 
     def add(self, transitions: dict[str, np.ndarray], priorities: np.ndarray,
             streams: np.ndarray) -> bool:

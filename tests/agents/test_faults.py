@@ -149,6 +149,28 @@ def test_the_capacity_offered_instead_fits(monkeypatch, tmp_path):
     apex_replay.make_replay(dataclasses.replace(config, replay_capacity=fits), info)
 
 
+def test_shards_that_share_a_host_are_checked_together(tmp_path):
+    """Each shard alone fits in 1 MiB; three on one host do not, whatever the other hosts do."""
+    from agents.apex.replay import check_shards_fit
+    config = apex_config(tmp_path, replay_capacity=30_000, replay_shards=4, num_actors=4,
+                         backend="ray")
+    shard = 7_500 * 100  # bytes once full: a quarter of the capacity, 100 bytes a transition
+    spread = [("a", shard, 2**20), ("b", shard, 2**20), ("c", shard, 2**20), ("d", shard, None)]
+    check_shards_fit(spread, config)
+    crowded = [("a", shard, 2**20), ("b", shard, 2**20), ("b", shard, 3 * 2**20),
+               ("b", shard, 2**20)]
+    with pytest.raises(ValueError, match=r"replay_capacity=30000 does not fit in memory: 3 "
+                                         r"replay shards on one host take 2\.1 MiB once full "
+                                         r"\(100 bytes a transition\) and that host can take "
+                                         r"1\.0 MiB more") as raised:
+        check_shards_fit(crowded, config)
+    fits = int(re.search(r"<= ([\d,]+)", str(raised.value))[1].replace(",", ""))
+    assert 6_000 <= fits < 30_000  # 4 shards, each of them a third of 1 MiB
+    per_shard = -(-fits // 4) * 100
+    check_shards_fit([(host, per_shard, available) for host, _, available in crowded],
+                     dataclasses.replace(config, replay_capacity=fits))
+
+
 # ------------------------------------------------------------------------ damaged checkpoints
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,14 @@
 failures of shards and actor workers."""
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import sys
 import threading
 
 import numpy as np
+import psutil
 import pytest
 import ray
 from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
@@ -17,6 +19,7 @@ from agents.apex.config import ApexConfig
 from agents.apex.ray_backend import RayBackend, ReplayShardLost, ShardedReplay
 from agents.apex.replay import ReplayShard, make_replay
 from agents.parallel import ray_cluster
+from agents.run import host_memory
 from agents.run.envs import actor_env_settings, env_info
 from agents.run.param_server import ParamServer
 from agents.run.stats import RunStats
@@ -186,6 +189,33 @@ def test_an_exception_in_an_actor_worker_fails_the_run_with_its_traceback(env, m
         backend.close()
     assert stats.get("actor_restarts") == 0  # a bug is not retried
     assert ray.is_initialized()  # the cluster was not this backend's to stop
+
+
+def shard_processes() -> set[psutil.Process]:
+    """The local cluster's processes that hold a `ReplayShard` (Ray titles them after it)."""
+    found = set()
+    for process in child_processes():
+        with contextlib.suppress(psutil.Error):
+            if process.cmdline()[:1] and process.cmdline()[0].startswith("ray::ReplayShard"):
+                found.add(process)
+    return found
+
+
+@pytest.mark.usefixtures("cluster")
+def test_shards_too_large_together_for_their_host_are_refused_at_the_start():
+    """Two Pong shards, each 0.6 of this host's available memory once full: each alone could
+    start (their arrays are mapped lazily), and the run would be OOM-killed hours in."""
+    config = ApexConfig(env="Pong-v5", num_actors=2, envs_per_actor=2, actor_batch_size=1,
+                        backend="ray", replay_shards=2, replay_capacity=200_000)
+    info = env_info(actor_env_settings(config, 0))
+    per_transition = make_replay(config, info, 0).nbytes / 100_000
+    capacity = 2 * int(0.6 * host_memory.available_bytes() / per_transition)
+    before = shard_processes()
+    with pytest.raises(ValueError, match=r"replay_capacity=\d+ does not fit in memory: 2 "
+                                         r"replay shards on one host take"):
+        RayBackend(dataclasses.replace(config, replay_capacity=capacity), info, print)
+    assert ray.is_initialized()  # the cluster was not this backend's to stop
+    assert_all_exited(shard_processes() - before)  # its shards were
 
 
 @pytest.mark.usefixtures("cluster")
