@@ -287,10 +287,11 @@ class RayBackend:
             num_cpus=config.ray_cpus_per_actor, max_concurrency=4)
         self.shards = [shard_cls.remote(config, info, k) for k in range(config.replay_shards)]
         try:  # each shard maps its arrays lazily: shards on one host could all start, then fill
-            check_shards_fit(_shard_call([s.footprint.remote() for s in self.shards], "start"),
-                             config)
-        except (ValueError, ReplayShardLost):
+            check_shards_fit(ray.get([s.footprint.remote() for s in self.shards]), config)
+        except (ValueError, RayActorError) as e:
             self.close()
+            if isinstance(e, RayActorError):  # its constructor raised, or its process died
+                raise RuntimeError(f"a replay shard failed to start:\n{e}") from e
             raise
         self.replay = ShardedReplay(self.shards, config.importance_exponent,
                                     run_seeds(config).shard_split())

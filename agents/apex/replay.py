@@ -91,6 +91,14 @@ def _size(nbytes: int) -> str:
 
 
 def _build_replay(config: ApexConfig, info: EnvInfo, shard: int) -> PrioritizedReplay:
+    try:
+        return _allocate_replay(config, info, shard)
+    except MemoryError as e:  # an array larger than the host could ever map (a mistyped size)
+        raise ValueError(f"replay_capacity={config.replay_capacity} does not fit in memory: "
+                         f"{e}; use a smaller replay_capacity") from None
+
+
+def _allocate_replay(config: ApexConfig, info: EnvInfo, shard: int) -> PrioritizedReplay:
     capacity = -(-config.replay_capacity // config.replay_shards)
     obs = (info.obs_shape, info.obs_dtype)
     spec = dict(obs=obs, action=((), np.int32), reward=((), np.float32),

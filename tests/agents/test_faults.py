@@ -149,6 +149,18 @@ def test_the_capacity_offered_instead_fits(monkeypatch, tmp_path):
     apex_replay.make_replay(dataclasses.replace(config, replay_capacity=fits), info)
 
 
+@pytest.mark.skipif(open("/proc/sys/vm/overcommit_memory").read().strip() == "1",
+                    reason="this kernel maps any size; the size check above then refuses it")
+def test_a_replay_no_host_could_map_is_a_usage_error(tmp_path):
+    """A mistyped capacity (150 GiB of CartPole observations): NumPy's MemoryError names it."""
+    from agents.apex import replay as apex_replay
+    from agents.run.envs import actor_env_settings, env_info
+    config = apex_config(tmp_path, replay_capacity=10**10)
+    with pytest.raises(ValueError, match=r"replay_capacity=10000000000 does not fit in memory: "
+                                         r"Unable to allocate .*; use a smaller replay_capacity"):
+        apex_replay.make_replay(config, env_info(actor_env_settings(config, 0)))
+
+
 def test_shards_that_share_a_host_are_checked_together(tmp_path):
     """Each shard alone fits in 1 MiB; three on one host do not, whatever the other hosts do."""
     from agents.apex.replay import check_shards_fit

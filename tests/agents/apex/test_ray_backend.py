@@ -219,6 +219,14 @@ def test_shards_too_large_together_for_their_host_are_refused_at_the_start():
 
 
 @pytest.mark.usefixtures("cluster")
+def test_a_shard_that_cannot_start_fails_the_run_with_its_error():
+    with pytest.raises(RuntimeError, match=r"(?s)a replay shard failed to start:.*ValueError: "
+                                           r"replay_capacity=10000000000 does not fit"):
+        RayBackend(dataclasses.replace(CONFIG, replay_capacity=10**10), INFO, print)
+    assert ray.is_initialized()
+
+
+@pytest.mark.usefixtures("cluster")
 def test_more_actor_cpus_than_the_cluster_has_is_a_clear_error():
     config = dataclasses.replace(CONFIG, num_actors=3)
     with pytest.raises(ValueError, match=r"num_actors \* ray_cpus_per_actor = 3 CPUs, but the "
