@@ -334,7 +334,8 @@ def test_a_full_disk_during_a_periodic_save_is_reported_and_handled(policy, tmp_
         assert "retrying" in failure[0] and len(calls) > 2  # later periodic saves went on
     else:
         assert "stopping: checkpoint_failure=stop" in printed and len(calls) == 2
-        assert summary["env_steps"] < 6_000
+        # Under load the stop can come before the first env step is counted.
+        assert summary.get("env_steps", 0) < 6_000
     assert checkpoint.is_complete(summary["checkpoint"], checksums=True)
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".tmp")]
 
