@@ -8,12 +8,18 @@
    ResNet torso, over all local devices (record).
 4. Atari actor, only where envpool is installed: `bench_apex.actor_part` (frames/s of the full
    actor against a bare loop with the same policy, target ratio >= 0.9).
+5. The papers' Atari configs as a user runs them, only where envpool is installed:
+   `paper_runs.py`, IMPALA then Ape-X for --run_seconds each with as many actor threads as
+   help on the host (`paper_runs.actor_threads`), frames/s and learner updates/s against the anchors.
 
-    python benchmarks/bench_gpu.py [--seconds 10]
+    python benchmarks/bench_gpu.py [--seconds 10] [--run_seconds 120]
+
+With the defaults it takes about 7 minutes on one GPU.
 """
 
 import argparse
 import dataclasses
+import os
 import time
 
 import timing  # noqa: F401  (puts the repository on sys.path)
@@ -105,6 +111,8 @@ def impala_part(mesh, seconds: float) -> list[list]:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--run_seconds", type=float, default=120.0,
+                        help="seconds of each paper-config run (0: none)")
     args = parser.parse_args()
     devices_part()
     mesh = sharding.learner_mesh(jax.local_devices())
@@ -119,6 +127,10 @@ def main():
     from bench_apex import actor_part
     timing.print_table(["path", "full", "bare", "ratio full/bare", "target >= 0.9"],
                        actor_part(args.seconds))
+    if args.run_seconds > 0:
+        import paper_runs
+        paper_runs.run_and_print(["impala", "apex"], args.run_seconds,
+                                 paper_runs.actor_threads(os.cpu_count() or 1))
 
 
 if __name__ == "__main__":
