@@ -91,7 +91,8 @@ def impala_loss(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The V-trace actor-critic loss of IMPALA (Espeholt et al. 2018, eq. 1 and Sec. 4.2).
 
-    Targets and advantages come from `ops.vtrace.vtrace_from_logits` and are constants; the
+    Targets and advantages come from `ops.vtrace.vtrace` (on the ratios of the logits' action
+    log-probabilities) and are constants; the
     gradient reaches the policy through log pi(a_s|x_s) and H(pi(.|x_s)), and the value function
     through V(x_s) for s < T (the bootstrap `values[T]` gets no gradient).
 
@@ -130,7 +131,11 @@ def impala_loss(
       `(loss, metrics)`: the scalar loss and a dict of scalars: `loss`, `pg_loss`,
       `baseline_loss` (before `baseline_cost`), `entropy_loss` (before `entropy_cost`), each with
       `reduction` applied; and per real step means: `entropy`, `pg_advantage_abs`, `rho`
-      (the unclipped ratio pi/mu), `rho_clipped_fraction` (the fraction with rho > rho_bar).
+      (the unclipped ratio pi/mu), `rho_clipped_fraction` (the fraction with rho > rho_bar),
+      `behaviour_kl` (KL(mu || pi) per step, the size of the policy lag); and per unroll,
+      `trace_product`: the mean over the batch of prod_t c_t over the unroll's real steps,
+      c_t = lambda min(c_bar, rho_t), i.e. how much of an unroll V-trace's traces carry (a
+      diagnostic of the data, reported for every correction with the configured c_bar).
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -177,6 +182,13 @@ def impala_loss(
     def step_mean(x):
         return jnp.sum(masks * jax.lax.stop_gradient(x)) / safe_num_steps  # []
 
+    behaviour_log_probs = jax.nn.log_softmax(behaviour_logits)  # [T, B..., A]
+    behaviour_kl = jnp.sum(jnp.exp(behaviour_log_probs) * (behaviour_log_probs - log_probs),
+                           axis=-1)  # [T, B...]
+    # Pseudo steps carry the trace unchanged (c = 1): they hold no action of the behaviour.
+    traces = jnp.where(masks > 0, lambda_ * jnp.minimum(clip_c_threshold, rhos), 1.0)
+    trace_product = jnp.mean(jnp.prod(traces, axis=0))  # []
+
     metrics = dict(
         loss=loss,
         pg_loss=pg_loss,
@@ -186,5 +198,7 @@ def impala_loss(
         pg_advantage_abs=step_mean(jnp.abs(pg_advantages)),
         rho=step_mean(rhos),
         rho_clipped_fraction=step_mean((rhos > clip_rho_threshold).astype(values.dtype)),
+        behaviour_kl=step_mean(behaviour_kl),
+        trace_product=jax.lax.stop_gradient(trace_product),
     )
     return loss, metrics

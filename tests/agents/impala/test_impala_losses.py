@@ -80,7 +80,11 @@ def reference_loss(feats, w_pi, w_v, actions, mu_logits, r, d, ends, masks, *, b
     dv = -baseline_cost * masks * (vs - v[:-1]) * scale  # [T, B]
     grad_pi = np.einsum("tbf,tba->fa", f[:-1], dz)
     grad_v = np.einsum("tbf,tb->f", f[:-1], dv)
-    return loss, (grad_pi, grad_v), dict(vs=vs, adv=adv, rho=rho, entropy=entropy)
+    kl = (np.exp(mu_logp) * (mu_logp - logp)).sum(-1)  # [T, B]: KL(mu || pi) per step
+    trace_product = np.mean([np.prod([lam * min(c_bar, rho[t, b]) for t in range(T)
+                                      if masks[t, b] > 0]) for b in range(B)])
+    return loss, (grad_pi, grad_v), dict(vs=vs, adv=adv, rho=rho, entropy=entropy, kl=kl,
+                                         trace_product=trace_product)
 
 
 def make_batch(rng, T=7, B=4, F=5, A=3):
@@ -149,6 +153,9 @@ def test_loss_and_gradient_match_float64_reference(jit, reduction, hparams):
     np.testing.assert_allclose(metrics["rho"], (masks * aux["rho"]).sum() / m, rtol=1e-5)
     np.testing.assert_allclose(metrics["rho_clipped_fraction"],
                                (masks * (aux["rho"] > hparams["rho_bar"])).sum() / m, rtol=1e-6)
+    np.testing.assert_allclose(metrics["behaviour_kl"], (masks * aux["kl"]).sum() / m,
+                               rtol=1e-4)
+    np.testing.assert_allclose(metrics["trace_product"], aux["trace_product"], rtol=1e-4)
     np.testing.assert_allclose(
         metrics["pg_loss"] + 0.5 * metrics["baseline_loss"] + 0.1 * metrics["entropy_loss"],
         loss, rtol=1e-6)
