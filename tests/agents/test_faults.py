@@ -5,9 +5,7 @@ lost: bad flags and run folders, damaged checkpoints, a config changed on resume
 signals during shutdown, SIGKILL, and a failure in every kind of thread.
 """
 
-import contextlib
 import dataclasses
-import errno
 import json
 import os
 import re
@@ -23,60 +21,16 @@ import pytest
 
 from agents.apex import learner as apex_learner
 from agents.apex.agent import ApexAgent
-from agents.apex.config import ApexConfig
 from agents.impala import learner as impala_learner
 from agents.impala.agent import ImpalaAgent
-from agents.impala.config import ImpalaConfig
 from agents.run import checkpoint, run_folder
-from agents.run.flags import config_from_flagfile
 from agents.run.run_folder import UsageError
 from agents.run.actor_threads import ActorThreads
 from agents.run.runner import StopEvent, WorkerError
 from agents.run.stats import RunStats
 from replay.prioritized import PrioritizedReplay
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-APEX_CFG = os.path.join(ROOT, "experiments", "configs", "apex_cartpole.cfg")
-IMPALA_CFG = os.path.join(ROOT, "experiments", "configs", "impala_cartpole.cfg")
-
-
-def apex_config(run_dir, **overrides):
-    small = dict(total_env_steps=3_000, min_replay_size=500, log_period_s=0.3,
-                 eval_period=10**9, run_dir=str(run_dir))
-    return config_from_flagfile(ApexConfig, APEX_CFG, **{**small, **overrides})
-
-
-def impala_config(run_dir, **overrides):
-    small = dict(total_env_steps=4_000, log_period_s=0.3, eval_period=10**9,
-                 run_dir=str(run_dir))
-    return config_from_flagfile(ImpalaConfig, IMPALA_CFG, **{**small, **overrides})
-
-
-def launch(agent, *flags, timeout=90):
-    cfg = APEX_CFG if agent == "apex" else IMPALA_CFG
-    return subprocess.run([sys.executable, f"experiments/run_{agent}.py", f"--flagfile={cfg}",
-                           *flags], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
-
-
-def own_lines(stderr: str) -> list[str]:
-    """stderr without absl's and XLA's log lines and library warnings."""
-    return [line for line in stderr.splitlines() if line.strip()
-            and not re.match(r"^[IWEF]\d{4} ", line) and "Warning" not in line
-            and not line.startswith(" ")]
-
-
-@contextlib.contextmanager
-def watched(proc: subprocess.Popen, seconds: float = 120):
-    """Kills `proc` after `seconds` (a stop that hangs fails the test instead of hanging it) and
-    on the way out."""
-    watchdog = threading.Timer(seconds, proc.kill)
-    watchdog.start()
-    try:
-        yield proc
-    finally:
-        watchdog.cancel()
-        proc.kill()
-
+from tests.agents.fault_injection import (APEX_CFG, IMPALA_CFG, ROOT, apex_config, fill_disk,
+                                          impala_config, launch, own_lines, watched)
 
 # ------------------------------------------------------------------------------ bad flags
 
@@ -314,16 +268,7 @@ def test_an_agent_that_fails_to_build_or_finishes_lets_go_of_its_folder(tmp_path
 @pytest.mark.parametrize("policy", ["retry", "stop"])
 def test_a_full_disk_during_a_periodic_save_is_reported_and_handled(policy, tmp_path,
                                                                     monkeypatch):
-    calls = []
-    original = PrioritizedReplay.save
-
-    def full_once(self, path):
-        calls.append(path)
-        if len(calls) == 1:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        original(self, path)
-
-    monkeypatch.setattr(PrioritizedReplay, "save", full_once)
+    calls = fill_disk(monkeypatch, PrioritizedReplay, "save", failures=(1,))
     printed = []
     summary = ApexAgent(apex_config(tmp_path, checkpoint_period_s=0.2, checkpoint_failure=policy,
                                     total_env_steps=6_000),
@@ -341,10 +286,7 @@ def test_a_full_disk_during_a_periodic_save_is_reported_and_handled(policy, tmp_
 
 
 def test_a_failed_final_save_exits_1(tmp_path, monkeypatch):
-    def full(self, path):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(PrioritizedReplay, "save", full)
+    fill_disk(monkeypatch, PrioritizedReplay, "save")
     printed = []
     summary = ApexAgent(apex_config(tmp_path), print_fn=printed.append).run()
     assert summary["checkpoint_failed"] and summary["checkpoint"] is None

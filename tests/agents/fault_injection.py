@@ -1,0 +1,81 @@
+"""Fault injection for tests: runs launched small, and the faults put under them.
+
+The one place that builds small configs of the CartPole flagfiles, launches the command-line
+entries as a user would, filters their stderr to the run's own lines, stops a launched process
+that hangs, and makes a disk fill. Tests of what goes wrong under a run import from here.
+"""
+
+import contextlib
+import errno
+import os
+import re
+import subprocess
+import sys
+import threading
+
+from agents.apex.config import ApexConfig
+from agents.impala.config import ImpalaConfig
+from agents.run.flags import config_from_flagfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+APEX_CFG = os.path.join(ROOT, "experiments", "configs", "apex_cartpole.cfg")
+IMPALA_CFG = os.path.join(ROOT, "experiments", "configs", "impala_cartpole.cfg")
+
+
+def apex_config(run_dir, **overrides):
+    """A small Ape-X CartPole config (3K env steps, no evaluation) writing to `run_dir`."""
+    small = dict(total_env_steps=3_000, min_replay_size=500, log_period_s=0.3,
+                 eval_period=10**9, run_dir=str(run_dir))
+    return config_from_flagfile(ApexConfig, APEX_CFG, **{**small, **overrides})
+
+
+def impala_config(run_dir, **overrides):
+    """A small IMPALA CartPole config (4K env steps, no evaluation) writing to `run_dir`."""
+    small = dict(total_env_steps=4_000, log_period_s=0.3, eval_period=10**9,
+                 run_dir=str(run_dir))
+    return config_from_flagfile(ImpalaConfig, IMPALA_CFG, **{**small, **overrides})
+
+
+def launch(agent, *flags, timeout=90):
+    """Runs `experiments/run_<agent>.py` with the CartPole flagfile and `flags`; returns the
+    completed process (stdout and stderr as text)."""
+    cfg = APEX_CFG if agent == "apex" else IMPALA_CFG
+    return subprocess.run([sys.executable, f"experiments/run_{agent}.py", f"--flagfile={cfg}",
+                           *flags], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def own_lines(stderr: str) -> list[str]:
+    """stderr without absl's and XLA's log lines and library warnings."""
+    return [line for line in stderr.splitlines() if line.strip()
+            and not re.match(r"^[IWEF]\d{4} ", line) and "Warning" not in line
+            and not line.startswith(" ")]
+
+
+@contextlib.contextmanager
+def watched(proc: subprocess.Popen, seconds: float = 120):
+    """Kills `proc` after `seconds` (a stop that hangs fails the test instead of hanging it) and
+    on the way out."""
+    watchdog = threading.Timer(seconds, proc.kill)
+    watchdog.start()
+    try:
+        yield proc
+    finally:
+        watchdog.cancel()
+        proc.kill()
+
+
+def fill_disk(monkeypatch, owner, attribute: str, failures=None) -> list:
+    """Makes `owner.attribute` (a writer such as `PrioritizedReplay.save`) raise ENOSPC, as a
+    full disk does: on the calls numbered in `failures` (1-based; None: every call). Returns the
+    list of the calls' positional arguments, growing as they come."""
+    calls = []
+    original = getattr(owner, attribute)
+
+    def full(*args, **kwargs):
+        calls.append(args)
+        if failures is None or len(calls) in failures:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attribute, full)
+    return calls
