@@ -36,11 +36,16 @@ from agents.impala.losses import CORRECTIONS
 from agents.run.evaluation import paper_protocol
 from agents.run.flags import config_from_flagfile
 from agents.run.interrupts import GUARD
+from agents.run.logger import read_metrics
 
 flags.DEFINE_list("corrections", list(CORRECTIONS), f"any of {CORRECTIONS}")
 flags.DEFINE_list("lags", ["1", "8", "16", "32"], "actor_refresh_period levels K (>= 1)")
 flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "seeds of each (correction, K)")
 flags.DEFINE_integer("env_steps", 100_000, "agent steps per run")
+flags.DEFINE_list("learning_rates", [], "learning rates of each (correction, K) (default: the "
+                  "base flagfile's); each is a cell of its own")
+flags.DEFINE_float("log_period_s", 2.0, "seconds between the runs' train.csv rows, from which "
+                   "the lag, KL(mu || pi) and trace diagnostics are averaged over the run")
 flags.DEFINE_string("base_flagfile", "experiments/configs/impala_cartpole.cfg",
                     "the IMPALA settings every run starts from")
 flags.DEFINE_integer("eval_period", 20, "learner updates between evaluations (the curve)")
@@ -70,12 +75,30 @@ def parse_levels(corrections, lags, seeds) -> tuple[list[str], list[int], list[i
     return list(corrections), lags, seeds
 
 
-def run_config(base: ImpalaConfig, correction: str, lag: int, seed: int) -> ImpalaConfig:
+def cell_name(correction: str, lag: int, lr: float | None) -> str:
+    return f"{correction}_k{lag}" + ("" if lr is None else f"_lr{lr:g}")
+
+
+def run_config(base: ImpalaConfig, correction: str, lag: int, seed: int,
+               lr: float | None = None) -> ImpalaConfig:
     return dataclasses.replace(
-        base, seed=seed, correction=correction, actor_refresh_period=lag, total_env_steps=FLAGS.env_steps,
+        base, seed=seed, correction=correction, actor_refresh_period=lag,
+        learning_rate=base.learning_rate if lr is None else lr, total_env_steps=FLAGS.env_steps,
         eval_period=FLAGS.eval_period, eval_episodes=FLAGS.eval_episodes, eval_action="sample",
-        solved_return=math.inf, checkpoint_period_s=1e9, log_period_s=30.0,
-        run_dir=os.path.join(FLAGS.out_dir, f"{correction}_k{lag}", f"seed_{seed}"))
+        solved_return=math.inf, checkpoint_period_s=1e9, log_period_s=FLAGS.log_period_s,
+        run_dir=os.path.join(FLAGS.out_dir, cell_name(correction, lag, lr), f"seed_{seed}"))
+
+
+DIAGNOSTICS = ("policy_lag_mean", "policy_lag_max", "behaviour_kl", "trace_product", "rho")
+
+
+def run_diagnostics(run_dir: str) -> dict[str, float]:
+    """Means over every train.csv row of a run (the whole run, not its last batch) of the
+    policy lag, KL(mu || pi), V-trace's trace product over an unroll and the mean ratio."""
+    rows = read_metrics(run_dir, "train")
+    values = {key: [r[key] for r in rows if math.isfinite(r.get(key, math.nan))]
+              for key in DIAGNOSTICS}  # a row before the first batch has NaN
+    return {key: float(np.mean(v)) if v else math.nan for key, v in values.items()}
 
 
 def run_scores(result: dict) -> tuple[float, float]:
@@ -84,30 +107,34 @@ def run_scores(result: dict) -> tuple[float, float]:
     return float(np.mean(result["final_returns"])), float(np.mean(curve)) if curve else math.nan
 
 
-def summarize(results: dict, corrections, lags) -> tuple[str, dict]:
+def summarize(results: dict, corrections, lags, lrs) -> tuple[str, dict]:
     """The Markdown table and the per-cell estimates of finished runs."""
     cells, rows = {}, []
-    for lag in lags:
-        for correction in corrections:
-            runs = results.get((correction, lag), [])
-            if not runs:
-                continue
-            scores = np.array([run_scores(r) for r in runs])  # [seeds, 2]
-            est = aggregates.interval_estimates(
-                {"final": scores[:, :1], "auc": scores[:, 1:]}, reps=FLAGS.bootstrap_reps)
-            lag_mean = float(np.mean([r["policy_lag_mean"] for r in runs]))
-            cells[f"{correction}_k{lag}"] = dict(
-                final=est["final"]["iqm"], auc=est["auc"]["iqm"], policy_lag_mean=lag_mean,
-                seeds=len(runs), per_seed=scores.tolist())
-            rows.append([lag, correction, f"{lag_mean:.1f}", len(runs),
-                         aggregates.format_estimate(est["final"]["iqm"]),
-                         aggregates.format_estimate(est["auc"]["iqm"])])
-    header = ["K", "correction", "measured lag (updates)", "seeds", "final return IQM [95% CI]",
-              "AUC IQM [95% CI]"]
+    for lr in lrs:
+        for lag in lags:
+            for correction in corrections:
+                runs = results.get((correction, lag, lr), [])
+                if not runs:
+                    continue
+                scores = np.array([run_scores(r) for r in runs])  # [seeds, 2]
+                est = aggregates.interval_estimates(
+                    {"final": scores[:, :1], "auc": scores[:, 1:]}, reps=FLAGS.bootstrap_reps)
+                diag = {k: float(np.mean([r[k] for r in runs])) for k in DIAGNOSTICS}
+                cells[cell_name(correction, lag, lr)] = dict(
+                    final=est["final"]["iqm"], auc=est["auc"]["iqm"], seeds=len(runs),
+                    per_seed=scores.tolist(), **diag)
+                rows.append([lag, correction] + ([f"{lr:g}"] if lr is not None else [])
+                            + [f"{diag['policy_lag_mean']:.1f}", f"{diag['behaviour_kl']:.3f}",
+                               f"{diag['trace_product']:.3f}", len(runs),
+                               aggregates.format_estimate(est["final"]["iqm"]),
+                               aggregates.format_estimate(est["auc"]["iqm"])])
+    header = (["K", "correction"] + (["learning rate"] if lrs != [None] else [])
+              + ["lag (updates, run mean)", "KL(mu||pi)", "trace product", "seeds",
+                 "final return IQM [95% CI]", "AUC IQM [95% CI]"])
     return aggregates.markdown_table(header, rows), cells
 
 
-def plot(cells: dict, corrections, lags, path: str) -> None:
+def plot(cells: dict, corrections, lags, lrs, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,14 +142,16 @@ def plot(cells: dict, corrections, lags, path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, title in ((axes[0], "final", "final return"), (axes[1], "auc", "AUC")):
-        for i, correction in enumerate(corrections):
-            present = [k for k in lags if f"{correction}_k{k}" in cells]
-            est = np.array([cells[f"{correction}_k{k}"][key] for k in present])  # [K, 3]
+        lines = [(c, lr) for lr in lrs for c in corrections]
+        for i, (correction, lr) in enumerate(lines):
+            present = [k for k in lags if cell_name(correction, k, lr) in cells]
+            est = np.array([cells[cell_name(correction, k, lr)][key] for k in present])  # [K, 3]
             if not len(est):
                 continue
-            x = np.arange(len(present)) + (i - (len(corrections) - 1) / 2) * 0.08
+            x = np.array([lags.index(k) for k in present]) + (i - (len(lines) - 1) / 2) * 0.06
             ax.errorbar(x, est[:, 0], yerr=[est[:, 0] - est[:, 1], est[:, 2] - est[:, 0]],
-                        marker="o", capsize=3, label=correction)
+                        marker="o", capsize=3,
+                        label=correction + ("" if lr is None else f", lr {lr:g}"))
         ax.set_xticks(range(len(lags)), [str(k) for k in lags])
         ax.set_xlabel("actor refresh period K (learner updates)")
         ax.set_ylabel(f"{title}, IQM over seeds (95% CI)")
@@ -141,30 +170,39 @@ def main(argv):
     # would otherwise be ignored.
     GUARD.install()
     corrections, lags, seeds = parse_levels(FLAGS.corrections, FLAGS.lags, FLAGS.seeds)
+    try:
+        lrs = [float(x) for x in FLAGS.learning_rates] or [None]
+    except ValueError as e:
+        raise ValueError(f"--learning_rates must be numbers: {e}") from None
+    if any(lr is not None and not (0 < lr < math.inf) for lr in lrs):
+        raise ValueError(f"--learning_rates must be positive and finite, got {lrs}")
     base = config_from_flagfile(ImpalaConfig, FLAGS.base_flagfile)
     protocol = paper_protocol("impala", episodes=FLAGS.final_episodes)
     results = {}
-    total, done = len(corrections) * len(lags) * len(seeds), 0
+    total, done = len(corrections) * len(lags) * len(seeds) * len(lrs), 0
     for seed in seeds:  # seeds outermost: a partial study has every cell at fewer seeds
-        for lag in lags:
-            for correction in corrections:
-                result = run_and_evaluate.run(
-                    "impala", run_config(base, correction, lag, seed), protocol,
-                    print_fn=lambda *a, **k: None)
-                results.setdefault((correction, lag), []).append(result)
-                done += 1
-                final, auc = run_scores(result)
-                print(f"[{done}/{total}] {correction} K={lag} seed={seed}: final {final:.1f} "
-                      f"auc {auc:.1f} lag {result['policy_lag_mean']:.1f} "
-                      f"({result['wall_s']:.0f} s)", flush=True)
-    table, cells = summarize(results, corrections, lags)
+        for lr in lrs:
+            for lag in lags:
+                for correction in corrections:
+                    config = run_config(base, correction, lag, seed, lr)
+                    result = run_and_evaluate.run("impala", config, protocol,
+                                                  print_fn=lambda *a, **k: None)
+                    result = dict(result, **run_diagnostics(config.run_dir))
+                    results.setdefault((correction, lag, lr), []).append(result)
+                    done += 1
+                    final, auc = run_scores(result)
+                    print(f"[{done}/{total}] {cell_name(correction, lag, lr)} seed={seed}: "
+                          f"final {final:.1f} auc {auc:.1f} lag {result['policy_lag_mean']:.1f} "
+                          f"kl {result['behaviour_kl']:.3f} trace {result['trace_product']:.3f} "
+                          f"({result['wall_s']:.0f} s)", flush=True)
+    table, cells = summarize(results, corrections, lags, lrs)
     os.makedirs(FLAGS.results_dir, exist_ok=True)
     with open(os.path.join(FLAGS.results_dir, "table.md"), "w") as f:
         f.write(table + "\n")
     with open(os.path.join(FLAGS.results_dir, "results.json"), "w") as f:
         json.dump(dict(env_steps=FLAGS.env_steps, base_flagfile=FLAGS.base_flagfile,
                        cells=cells), f, indent=1)
-    plot(cells, corrections, lags, os.path.join(FLAGS.results_dir, "ablation.png"))
+    plot(cells, corrections, lags, lrs, os.path.join(FLAGS.results_dir, "ablation.png"))
     print(table)
 
 

@@ -88,15 +88,31 @@ def test_ablation_flags_and_summary():
     def fake(final, curve):
         return dict(final_returns=[final], curve=[dict(env_steps=i, mean_return=c)
                                                   for i, c in enumerate(curve)],
-                    policy_lag_mean=2.0)
+                    policy_lag_mean=2.0, policy_lag_max=4.0, behaviour_kl=0.1,
+                    trace_product=0.5, rho=1.0)
 
-    results = {("vtrace", 1): [fake(100.0, [10, 30]), fake(200.0, [20, 40])],
-               ("none", 1): [fake(50.0, [5, 15])]}
-    assert vtrace_ablation.run_scores(results[("vtrace", 1)][0]) == (100.0, 20.0)
-    table, cells = vtrace_ablation.summarize(results, ["vtrace", "none"], [1])
-    assert "| 1 | vtrace | 2.0 | 2 |" in table and "| 1 | none | 2.0 | 1 |" in table
+    results = {("vtrace", 1, None): [fake(100.0, [10, 30]), fake(200.0, [20, 40])],
+               ("none", 1, None): [fake(50.0, [5, 15])]}
+    assert vtrace_ablation.run_scores(results[("vtrace", 1, None)][0]) == (100.0, 20.0)
+    table, cells = vtrace_ablation.summarize(results, ["vtrace", "none"], [1], [None])
+    assert "| 1 | vtrace | 2.0 | 0.100 | 0.500 | 2 |" in table
+    assert "| 1 | none | 2.0 | 0.100 | 0.500 | 1 |" in table
     np.testing.assert_allclose(cells["vtrace_k1"]["final"][0], 150.0)  # IQM of two = mean
     np.testing.assert_allclose(cells["none_k1"]["auc"], [10.0, 10.0, 10.0])
+    with_lr = {("vtrace", 8, 0.001): results[("vtrace", 1, None)]}
+    table, cells = vtrace_ablation.summarize(with_lr, ["vtrace"], [8], [0.001])
+    assert "| 8 | vtrace | 0.001 | 2.0 |" in table and "vtrace_k8_lr0.001" in cells
+
+
+def test_ablation_diagnostics_average_the_whole_run(tmp_path):
+    import vtrace_ablation
+
+    rows = "step,policy_lag_mean,policy_lag_max,behaviour_kl,trace_product,rho\n"
+    rows += "1,2,3,0.1,0.5,1\n2,6,9,0.3,0.1,1\n3,,,,,\n4,nan,nan,nan,nan,nan\n"
+    (tmp_path / "train.csv").write_text(rows)
+    diag = vtrace_ablation.run_diagnostics(str(tmp_path))
+    assert diag == dict(policy_lag_mean=4.0, policy_lag_max=6.0, behaviour_kl=0.2,
+                        trace_product=0.3, rho=1.0)
 
 
 def test_ctrl_c_stops_the_harness_with_a_checkpoint_also_in_the_background(tmp_path):
