@@ -498,3 +498,131 @@ expected_gap = np.where(ends, np.minimum(1.0, rho_tm1) * discount_t * (v_t - nex
 np.testing.assert_allclose(gap, expected_gap, atol=1e-12)
 assert abs(gap[K_END]) > 1e-6
 print("truncation: targets agree; pg advantage differs only at the cut:", gap.round(4))
+
+# %% [markdown]
+# ## (e) Policy lag: what $\bar c = 1$ costs when $\pi$ has moved away from $\mu$
+#
+# Under lag the actors' $\mu$ is the learner's policy of some updates ago, and the learner's $\pi$
+# has usually grown more certain since. Here the gap is a knob: $\mu_\kappa \propto
+# \pi^{1-\kappa}\mu^{\kappa}$ (geometric mixing of the two policies above), from on-policy
+# ($\kappa = 0$) to the random $\mu$ ($\kappa = 1$). For each gap, in closed form on the same
+# MDP with unrolls of $n = 20$ steps (as IMPALA's):
+#
+# - the **trace product** $\mathbb{E}_{\mu}\big[\prod_{t<n} c_t\big]$ with
+#   $c_t = \min(\bar c, \pi/\mu)$, averaged over start states: how much of an unroll V-trace's
+#   targets still carry (the learner logs the same quantity on its batches as `trace_product`);
+# - the **contraction factor** $\eta$ of the $n$-step V-trace operator, for $\bar c = \bar\rho
+#   \in \{1, 2, 4, \infty\}$ (section (b): $\bar c$ sets the speed);
+# - for comparison, the targets of no correction (every ratio 1, the value targets of `none`,
+#   `epsilon` and `is_1step`): the $n$-step returns of $\mu$, which contract at $\gamma^n$
+#   whatever the gap, towards $V^{\mu}$ instead of $V^{\pi}$.
+
+# %%
+N_LAG = 20
+
+
+def lagged_behaviour(kappa):
+    """mu_kappa proportional to pi^(1 - kappa) mu^kappa."""
+    return softmax((1.0 - kappa) * np.log(pi) + kappa * np.log(mu))
+
+
+def lag_operator(behaviour, rho_bar, c_bar, n=N_LAG, correct=True):
+    """(b, M) of the n-step target operator for data from `behaviour`, target pi; with
+    correct=False every ratio is 1 (no correction: n-step returns of the behaviour)."""
+    r = pi / behaviour if correct else np.ones_like(pi)
+    rho, c = np.minimum(rho_bar, r), np.minimum(c_bar, r)
+    r_rho = (behaviour * rho * R).sum(axis=1)
+    p_rho = np.einsum("xa,xay->xy", behaviour * rho, P)
+    big_c = np.einsum("xa,xay->xy", behaviour * c, P)
+    trace = sum(np.linalg.matrix_power(GAMMA * big_c, t) for t in range(n))
+    m = np.eye(S) + trace @ (GAMMA * p_rho - np.diag((behaviour * rho).sum(axis=1)))
+    return trace @ r_rho, m
+
+
+def trace_product(behaviour, c_bar, n=N_LAG):
+    """E_behaviour[prod_{t<n} min(c_bar, pi/behaviour)], the mean over start states."""
+    c_matrix = np.einsum("xa,xay->xy", behaviour * np.minimum(c_bar, pi / behaviour), P)
+    return np.linalg.matrix_power(c_matrix, n).sum(axis=1).mean()
+
+
+kappas = np.linspace(0.0, 1.0, 11)
+lag_c_bars = [1.0, 2.0, 4.0, np.inf]
+kls, products, lag_etas, none_gap = [], [], {c: [] for c in lag_c_bars}, []
+for kappa in kappas:
+    behaviour = lagged_behaviour(kappa)
+    kls.append((behaviour * np.log(behaviour / pi)).sum(axis=1).mean())
+    products.append(trace_product(behaviour, 1.0))
+    for c_bar in lag_c_bars:
+        b, m = lag_operator(behaviour, c_bar, c_bar)
+        assert m.min() >= -1e-12
+        lag_etas[c_bar].append(np.abs(m).sum(axis=1).max())
+    b, m = lag_operator(behaviour, np.inf, np.inf, correct=False)
+    np.testing.assert_allclose(np.abs(m).sum(axis=1).max(), GAMMA**N_LAG, rtol=1e-9)
+    np.testing.assert_allclose(fixed_point(b, m), policy_value(behaviour), rtol=1e-9, atol=1e-9)
+    none_gap.append(np.abs(policy_value(behaviour) - V_PI).max())
+kls, products = np.array(kls), np.array(products)
+lag_etas = {c: np.array(e) for c, e in lag_etas.items()}
+
+# On-policy every trace is 1 and V-trace contracts as fast as the n-step return.
+np.testing.assert_allclose(products[0], 1.0, rtol=1e-9)
+np.testing.assert_allclose(lag_etas[1.0][0], GAMMA**N_LAG, rtol=1e-6)
+# The larger the gap, the less of an unroll the traces carry and the slower V-trace contracts;
+# a larger c_bar never contracts slower, and as fast as the n-step return while no ratio
+# reaches it (no trace is cut).
+assert np.all(np.diff(kls) > 0) and np.all(np.diff(products) < 0)
+assert np.all(np.diff(lag_etas[1.0]) > 0)
+for low, high in zip(lag_c_bars, lag_c_bars[1:]):
+    assert np.all(lag_etas[high] <= lag_etas[low] + 1e-12)
+    assert np.all(lag_etas[high][-1] < lag_etas[low][-1]) or high == np.inf
+np.testing.assert_allclose(lag_etas[np.inf], GAMMA**N_LAG, rtol=1e-6)
+for kappa, kl, prod, eta in zip(kappas[::2], kls[::2], products[::2], lag_etas[1.0][::2]):
+    print(f"kappa={kappa:.1f}  KL(mu||pi)={kl:.3f}  trace product={prod:.4f}  "
+          f"eta(c_bar=1)={eta:.4f}  (gamma^n = {GAMMA**N_LAG:.4f}, one step: {GAMMA})")
+
+# %% [markdown]
+# Applied repeatedly from $V = 0$ (a value function that has not learned yet), the operators
+# show the trade: V-trace with $\bar c = 1$ heads for $V^{\pi_{\bar\rho}}$ but, once its traces
+# are cut, at close to one-step speed; uncorrected targets arrive fast, at the wrong place
+# ($V^{\mu}$). Early in learning, speed can matter more than the fixed point.
+
+# %%
+behaviour = lagged_behaviour(1.0)
+curves = {}
+for name, (rho_bar, c_bar, correct) in {
+        r"V-trace, $\bar c = \bar\rho = 1$": (1.0, 1.0, True),
+        r"V-trace, $\bar c = \bar\rho = 4$": (4.0, 4.0, True),
+        "no correction": (np.inf, np.inf, False)}.items():
+    b, m = lag_operator(behaviour, rho_bar, c_bar, correct=correct)
+    v, gaps = np.zeros(S), []
+    for _ in range(30):
+        v = b + m @ v
+        gaps.append(np.abs(v - V_PI).max())
+    curves[name] = np.array(gaps)
+uncorrected, cut = curves["no correction"], curves[r"V-trace, $\bar c = \bar\rho = 1$"]
+assert uncorrected[0] < cut[0] and cut[-1] < uncorrected[-1]  # fast and biased against slow
+
+fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+axes[0].plot(kls, products, "o-")
+axes[0].set(xlabel=r"KL($\mu\,\|\,\pi$), mean over states", yscale="log",
+            ylabel=rf"E[$\prod_{{t<{N_LAG}}} c_t$], $\bar c = 1$", title="Traces under lag")
+for c_bar in lag_c_bars:
+    axes[1].plot(kls, lag_etas[c_bar], "o-", ms=3, label=rf"$\bar c = \bar\rho = {c_bar:g}$")
+axes[1].axhline(GAMMA, color="grey", ls=":", label=r"one step ($\gamma$)")
+axes[1].axhline(GAMMA**N_LAG, color="grey", ls="--", label=rf"$\gamma^{{{N_LAG}}}$ (no correction)")
+axes[1].set(xlabel=r"KL($\mu\,\|\,\pi$)", ylabel=r"$\eta$", title="Contraction factor")
+axes[1].legend(fontsize=8)
+for name, gaps in curves.items():
+    axes[2].semilogy(gaps, label=name)
+axes[2].set(xlabel="operator applications", ylabel=r"$\|V_k - V^{\pi}\|_\infty$",
+            title=r"From $V = 0$, largest gap ($\kappa = 1$)")
+axes[2].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Choosing $\bar c$ under lag.** $\bar c$ (with $\bar\rho \ge \bar c$) does not move the fixed
+# point, only the speed and the variance (section (b)). When the learner's logged
+# `trace_product` is far below 1, its V-trace targets are a few steps long and learn at close to
+# one-step TD speed: shorten the lag (refresh the actors' parameters more often, take smaller
+# steps per update) or raise $\bar c$ and $\bar\rho$ together, paying in variance. The CartPole
+# correction study in `docs/results/` measures both quantities per policy lag and learning rate.
