@@ -29,6 +29,18 @@ from agents.run.param_server import ParamServer
 LOSS_TERMS = ("loss", "pg_loss", "baseline_loss", "entropy_loss")
 
 
+def count_lags(counts: np.ndarray, lag: np.ndarray) -> tuple[np.ndarray, float]:
+    """Adds a batch's policy lags (`[B, T]` ints, learner minus acting version) to the
+    histogram `counts` (`counts[k]`: steps trained on with lag k) and returns it with the mean
+    lag of every step counted so far."""
+    batch = np.bincount(np.maximum(np.asarray(lag), 0).ravel())
+    if len(batch) > len(counts):
+        counts = np.pad(counts, (0, len(batch) - len(counts)))
+    counts = counts.copy()
+    counts[:len(batch)] += batch
+    return counts, float(np.arange(len(counts)) @ counts / max(counts.sum(), 1))
+
+
 class TrainingState(NamedTuple):
     params: Any
     opt_state: Any
@@ -134,6 +146,9 @@ class ImpalaLearner:
         self.version = self.param_server.publish(state.params)
         self.metrics: dict[str, Any] = {}
         self.lag = dict(policy_lag_mean=float("nan"), policy_lag_max=float("nan"))
+        # The lag of every step this learner has trained on (this start of the run), for
+        # its distribution over the run rather than one batch's snapshot.
+        self.lag_counts = np.zeros(1, np.int64)
         self.wait_s = 0.0
 
     def threads(self) -> list[tuple[str, Any]]:
@@ -188,8 +203,9 @@ class ImpalaLearner:
             if self.updates % self.config.publish_period == 0:
                 self.version = self.param_server.publish(self.state.params)
             if lag is not None:
+                self.lag_counts, run_mean = count_lags(self.lag_counts, lag)
                 self.lag = dict(policy_lag_mean=float(lag.mean()),
-                                policy_lag_max=float(lag.max()))
+                                policy_lag_max=float(lag.max()), policy_lag_run_mean=run_mean)
 
     def host_state(self) -> TrainingState:
         """A host copy of the training state, optimizer state in canonical form (checkpoints)."""

@@ -89,16 +89,20 @@ def run_config(base: ImpalaConfig, correction: str, lag: int, seed: int,
         run_dir=os.path.join(FLAGS.out_dir, cell_name(correction, lag, lr), f"seed_{seed}"))
 
 
-DIAGNOSTICS = ("policy_lag_mean", "policy_lag_max", "behaviour_kl", "trace_product", "rho")
+DIAGNOSTICS = ("policy_lag_run_mean", "policy_lag_max", "behaviour_kl", "trace_product", "rho")
 
 
 def run_diagnostics(run_dir: str) -> dict[str, float]:
-    """Means over every train.csv row of a run (the whole run, not its last batch) of the
-    policy lag, KL(mu || pi), V-trace's trace product over an unroll and the mean ratio."""
+    """A run's policy lag over every step it trained on (the learner's `policy_lag_run_mean`
+    in its last train.csv row), and the means over its rows of the largest lag, KL(mu || pi),
+    V-trace's trace product over an unroll and the mean ratio (each row one batch's)."""
     rows = read_metrics(run_dir, "train")
     values = {key: [r[key] for r in rows if math.isfinite(r.get(key, math.nan))]
               for key in DIAGNOSTICS}  # a row before the first batch has NaN
-    return {key: float(np.mean(v)) if v else math.nan for key, v in values.items()}
+    out = {key: float(np.mean(v)) if v else math.nan for key, v in values.items()}
+    lags = values["policy_lag_run_mean"]
+    out["policy_lag_run_mean"] = lags[-1] if lags else math.nan
+    return out
 
 
 def run_scores(result: dict) -> tuple[float, float]:
@@ -124,8 +128,9 @@ def summarize(results: dict, corrections, lags, lrs) -> tuple[str, dict]:
                     final=est["final"]["iqm"], auc=est["auc"]["iqm"], seeds=len(runs),
                     per_seed=scores.tolist(), **diag)
                 rows.append([lag, correction] + ([f"{lr:g}"] if lr is not None else [])
-                            + [f"{diag['policy_lag_mean']:.1f}", f"{diag['behaviour_kl']:.3f}",
-                               f"{diag['trace_product']:.3f}", len(runs),
+                            + [f"{diag['policy_lag_run_mean']:.1f}",
+                               f"{diag['behaviour_kl']:.3f}", f"{diag['trace_product']:.3f}",
+                               len(runs),
                                aggregates.format_estimate(est["final"]["iqm"]),
                                aggregates.format_estimate(est["auc"]["iqm"])])
     header = (["K", "correction"] + (["learning rate"] if lrs != [None] else [])
@@ -192,7 +197,8 @@ def main(argv):
                     done += 1
                     final, auc = run_scores(result)
                     print(f"[{done}/{total}] {cell_name(correction, lag, lr)} seed={seed}: "
-                          f"final {final:.1f} auc {auc:.1f} lag {result['policy_lag_mean']:.1f} "
+                          f"final {final:.1f} auc {auc:.1f} "
+                          f"lag {result['policy_lag_run_mean']:.1f} "
                           f"kl {result['behaviour_kl']:.3f} trace {result['trace_product']:.3f} "
                           f"({result['wall_s']:.0f} s)", flush=True)
     table, cells = summarize(results, corrections, lags, lrs)

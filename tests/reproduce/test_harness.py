@@ -88,7 +88,7 @@ def test_ablation_flags_and_summary():
     def fake(final, curve):
         return dict(final_returns=[final], curve=[dict(env_steps=i, mean_return=c)
                                                   for i, c in enumerate(curve)],
-                    policy_lag_mean=2.0, policy_lag_max=4.0, behaviour_kl=0.1,
+                    policy_lag_run_mean=2.0, policy_lag_max=4.0, behaviour_kl=0.1,
                     trace_product=0.5, rho=1.0)
 
     results = {("vtrace", 1, None): [fake(100.0, [10, 30]), fake(200.0, [20, 40])],
@@ -107,11 +107,11 @@ def test_ablation_flags_and_summary():
 def test_ablation_diagnostics_average_the_whole_run(tmp_path):
     import vtrace_ablation
 
-    rows = "step,policy_lag_mean,policy_lag_max,behaviour_kl,trace_product,rho\n"
+    rows = "step,policy_lag_run_mean,policy_lag_max,behaviour_kl,trace_product,rho\n"
     rows += "1,2,3,0.1,0.5,1\n2,6,9,0.3,0.1,1\n3,,,,,\n4,nan,nan,nan,nan,nan\n"
     (tmp_path / "train.csv").write_text(rows)
     diag = vtrace_ablation.run_diagnostics(str(tmp_path))
-    assert diag == dict(policy_lag_mean=4.0, policy_lag_max=6.0, behaviour_kl=0.2,
+    assert diag == dict(policy_lag_run_mean=6.0, policy_lag_max=6.0, behaviour_kl=0.2,
                         trace_product=0.3, rho=1.0)
 
 

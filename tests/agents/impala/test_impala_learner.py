@@ -11,7 +11,7 @@ import pytest
 
 from agents.impala.actor import put_until_stopped, split_unrolls
 from agents.impala.config import ImpalaConfig
-from agents.impala.learner import init_state, make_optimizer, make_update
+from agents.impala.learner import count_lags, init_state, make_optimizer, make_update
 from agents.impala.losses import impala_loss
 from agents.impala.network import PolicyValueNetwork
 from agents.impala.unroll import Unrolls, stack_unrolls
@@ -126,3 +126,12 @@ def test_split_and_stack_round_trip():
     assert len(parts) == 3 and parts[1].obs.shape == (1, T + 1, 4)
     for a, b in zip(stack_unrolls(parts), unrolls):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_lag_histogram_counts_every_step_of_every_batch():
+    counts, mean = count_lags(np.zeros(1, np.int64), np.array([[0, 1], [1, 3]]))
+    np.testing.assert_array_equal(counts, [1, 2, 0, 1])
+    assert mean == 5 / 4
+    counts, mean = count_lags(counts, np.array([[0, 0], [0, 0]]))
+    np.testing.assert_array_equal(counts, [5, 2, 0, 1])
+    assert mean == 5 / 8  # the whole run's mean, not the last batch's (0)
