@@ -17,7 +17,9 @@ wrapped optimizer.
 Use inside `jax.shard_map` over `axis` (see `agents.parallel.sharding.data_parallel`):
 
     zero = ZeroOptimizer(optax.adam(1e-3), params, num_devices=4, stage=2, max_grad_norm=40.0)
-    opt_state = zero.init(params)                  # global arrays, spec `zero.state_spec`
+    opt_state = zero.init(params)  # single-device arrays; stages 1 and 2: leaves [N, *leaf]
+    opt_state = put_global(opt_state, mesh, zero.state_spec)  # global arrays on the mesh
+    # (a training state with a canonical `opt_state`: `zero.place_state(state, mesh)`)
     ...inside the mapped update, with this device's gradient `grads` of the mean loss:
     params, opt_state, grad_norm = zero.step(params, grads, opt_state)
 """
@@ -79,7 +81,10 @@ class ZeroOptimizer:
         return jnp.pad(flat, (0, self.padded - self.size))  # [padded]
 
     def init(self, params: Any) -> Any:
-        """Optimizer state; in stages 1 and 2 leaves `[N, *leaf]`, device i's part at row i."""
+        """The optimizer state as single-device arrays (on the default device, not yet laid out
+        on the mesh): in stage 0 the state of the whole vector, in stages 1 and 2 leaves
+        `[N, *leaf]`, device i's part at row i. Lay it out with `zero.state_spec` (for example
+        `put_global`) before passing it to the mapped update."""
         flat = self._flat(params)
         if self.stage == 0:
             return self.optimizer.init(flat)
