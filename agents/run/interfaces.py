@@ -2,9 +2,14 @@
 from each agent's learner, actors, replay and runtime (as Acme's `core.py` does, without its
 depth). They are `typing.Protocol`s: the agents' classes match them by shape, not by base class.
 
-    envpool -> Actor -> ReplayWriter (Ape-X replay or IMPALA unroll queue) -> Learner
-                 ^                                                            |
-                 +----------------- ParamServer (versioned parameters) <------+
+    envpool -> Actor -+-> Ape-X: ReplayWriter (the prioritized replay) ----+-> Learner
+                 ^    +-> IMPALA: bounded queue.Queue of single unrolls ---+      |
+                 |                                                                |
+                 +----------------- ParamServer (versioned parameters) <----------+
+
+Ape-X's actors write transitions to a `ReplayWriter`; IMPALA's actors put single unrolls into a
+bounded `queue.Queue` (`agents.impala.builder.make_queue`), waiting while it is full, and the
+learner takes them from it: no `ReplayWriter` is involved.
 
 A `Runtime` is where the actors (and the replay) run: threads of this process, or a Ray
 cluster; the agent picks one once, and the run sequence treats them alike.
@@ -51,7 +56,7 @@ class ReplayWriter(Protocol):
 
 class Runtime(Protocol):
     """Where the actors run; `replay` is what they write to and the learner reads (Ape-X's
-    replay, IMPALA's unroll queue)."""
+    replay, IMPALA's bounded `queue.Queue` of unrolls)."""
 
     replay: Any
 
