@@ -3,8 +3,6 @@ Atari-like replay filler, and a CartPole run to the solved line."""
 
 import time
 
-import timing  # noqa: F401  (puts the repository on sys.path)
-
 import numpy as np
 
 from agents.run.envs import actor_env_settings, make_env

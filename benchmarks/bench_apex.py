@@ -19,7 +19,7 @@ import statistics
 import threading
 import time
 
-import timing  # noqa: F401  (puts the repository on sys.path)
+import timing
 from agent_parts import bare_actor_fps, fill_replay, solve_cartpole
 
 import jax

@@ -23,7 +23,7 @@ import statistics
 import threading
 import time
 
-import timing  # noqa: F401  (puts the repository on sys.path)
+import timing
 
 import numpy as np
 import ray

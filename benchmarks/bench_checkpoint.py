@@ -71,9 +71,9 @@ import time
 import numpy as np
 import psutil
 
-import timing  # noqa: E402  (puts the repository on sys.path)
+import timing
 
-from bench_replay import AtariStreams  # noqa: E402
+from bench_replay import AtariStreams
 
 FORMATS = ("current", "orbax", "orbax-lean", "orbax-raw")
 GiB = 2**30

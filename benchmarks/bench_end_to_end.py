@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 
-import timing  # noqa: F401  (puts the repository on sys.path)
+import timing
 
 from absl import app, flags
 
@@ -43,7 +43,7 @@ from agents.run.flags import config_from_flagfile
 from agents.run.runner import ThreadRunner
 from agents.run.stats import RunStats
 
-ROOT = timing._ROOT
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 AGENTS = {"apex": (ApexAgent, ApexConfig), "impala": (ImpalaAgent, ImpalaConfig)}
 WARMUP_S = 20.0  # compiling, the replay's warm-up, envpool's first resets
 

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import time
 
-import timing  # noqa: F401  (puts the repository on sys.path)
+import timing
 
 import jax
 import jax.numpy as jnp

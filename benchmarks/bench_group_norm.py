@@ -22,7 +22,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-import timing  # noqa: F401  (puts the repository on sys.path)
 from ops.group_norm import GroupNorm
 
 SHAPES = ((32, 84, 84, 32), (32, 21, 21, 64))

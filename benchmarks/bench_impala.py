@@ -16,7 +16,7 @@ import statistics
 import threading
 import time
 
-import timing  # noqa: F401  (puts the repository on sys.path)
+import timing
 
 import jax
 import numpy as np

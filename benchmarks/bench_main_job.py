@@ -29,7 +29,7 @@ from absl import app, flags
 
 import timing
 
-ROOT = timing._ROOT
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "seeds; each runs both contenders")
 flags.DEFINE_string("peer_python", os.path.join(ROOT, ".venv-peers", "bin", "python"),
                     "the Python of the environment with Stable-Baselines3")

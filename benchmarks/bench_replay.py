@@ -34,10 +34,10 @@ import time
 import numpy as np
 import psutil
 
-import timing  # noqa: E402  (puts the repository on sys.path)
+import timing
 
-from replay.frames import FrameStackStorage  # noqa: E402
-from replay.prioritized import PrioritizedReplay  # noqa: E402
+from replay.frames import FrameStackStorage
+from replay.prioritized import PrioritizedReplay
 
 H = W = 84
 STACK, N_STEP = 4, 3

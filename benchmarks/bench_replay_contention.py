@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-import timing  # noqa: E402  (puts the repository on sys.path)
-from bench_replay import SAMPLE_BATCH, AtariStreams, make_buffer  # noqa: E402
+import timing
+from bench_replay import SAMPLE_BATCH, AtariStreams, make_buffer
 
 ADDERS, ADD_BATCH, PREMADE_BATCHES = 4, 64, 16
 

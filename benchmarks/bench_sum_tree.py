@@ -18,11 +18,11 @@ import time
 
 import numpy as np
 
-import timing  # noqa: E402  (puts the repository on sys.path)
+import timing
 
-import cpprb  # noqa: E402
+import cpprb
 
-from replay.sum_tree import SumTree  # noqa: E402
+from replay.sum_tree import SumTree
 
 BETA = 0.4  # Schaul et al. 2016's importance-sampling exponent at the start of training.
 TARGET_RATIO = 1.5

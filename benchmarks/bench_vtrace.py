@@ -9,7 +9,7 @@ and the median time ratio (ours / rlax). Targets: same numbers within 1e-6, time
 
 import argparse
 
-import timing  # noqa: F401  (puts the repository on sys.path)
+import timing
 
 import jax
 import numpy as np

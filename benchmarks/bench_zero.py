@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-import timing  # noqa: F401  (puts the repository on sys.path)
+import timing
 
 NETWORKS = ("nature", "impala_resnet")
 

@@ -1,16 +1,8 @@
 """Shared timing helpers for the benchmarks: median wall time of a call after warm-up."""
 
-import os
 import statistics
-import sys
 import time
 from typing import Callable
-
-# Benchmarks run as scripts (`python benchmarks/x.py`); make the repository importable without
-# an install.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
 
 def median_seconds(fn: Callable[[], object], *, repeats: int, warmup: int = 3) -> float:
