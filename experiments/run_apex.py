@@ -8,13 +8,17 @@ anything starts; a failure in any thread stops it with that thread's traceback a
 Ctrl-C stops it cleanly with a final checkpoint (resume with --resume).
 """
 
-from absl import app
+from agents.run.interrupts import GUARD
 
-from agents.apex.agent import ApexAgent
-from agents.apex.config import ApexConfig
-from agents.run.launch import make_main
+GUARD.install()  # first: a Ctrl-C while JAX and the agent load ends the process (exit 130)
+
+from absl import app  # noqa: E402
+
+from agents.apex.agent import ApexAgent  # noqa: E402
+from agents.apex.config import ApexConfig  # noqa: E402
+from agents.run.launch import make_main, parse_flags  # noqa: E402
 
 main = make_main(ApexConfig, ApexAgent)
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -170,7 +170,9 @@ class ShardedReplay:
         time, atomically (temporary file, then rename), with every priority sent so far."""
         self.flush()
         tmp = f"{path}.tmp"
-        with zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
+        # O_NOFOLLOW: a link planted under the temporary's name is refused, not written through.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with open(fd, "wb") as file, zipfile.ZipFile(file, "w", allowZip64=True) as archive:
             arrays = {"num_shards": np.int64(len(self.shards))}
             for k, shard in enumerate(self.shards):
                 arrays.update({f"shard{k}/{name}": array for name, array in
@@ -270,13 +272,20 @@ class RayBackend:
 
     def __init__(self, config: ApexConfig, info: EnvInfo, print_fn: Callable):
         self.config, self.info, self.print = config, info, print_fn
+        self.shards: list = []
         self._connected = ray_cluster.connect(config.ray_address, config.ray_object_store_mb,
-                                              config.ray_temp_dir)
+                                              config.ray_temp_dir,
+                                              timeout_s=config.connect_timeout_s)
+        try:  # also a Ctrl-C while the shards start: a cluster this run started is stopped
+            self._start(config, info)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, config: ApexConfig, info: EnvInfo) -> None:
         wanted, cpus = (config.num_actors * config.ray_cpus_per_actor,
                         ray.cluster_resources().get("CPU", 0))
         if wanted > cpus:  # Ray would leave the extra workers pending forever
-            if self._connected:
-                ray_cluster.disconnect()
             raise ValueError(f"num_actors * ray_cpus_per_actor = {wanted:g} CPUs, but the Ray "
                              f"cluster has {cpus:g}; lower ray_cpus_per_actor or num_actors, "
                              "or add nodes")
@@ -288,8 +297,7 @@ class RayBackend:
         self.shards = [shard_cls.remote(config, info, k) for k in range(config.replay_shards)]
         try:  # each shard maps its arrays lazily: shards on one host could all start, then fill
             check_shards_fit(ray.get([s.footprint.remote() for s in self.shards]), config)
-        except (ValueError, RayActorError) as e:
-            self.close()
+        except (ValueError, RayActorError) as e:  # the shards are stopped by the caller
             if isinstance(e, RayActorError):  # its constructor raised, or its process died
                 raise RuntimeError(f"a replay shard failed to start:\n{e}") from e
             raise
@@ -385,3 +393,4 @@ class RayBackend:
         self.shards = []
         if self._connected:
             ray_cluster.disconnect()
+            self._connected = False

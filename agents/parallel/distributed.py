@@ -8,14 +8,22 @@ jitted update. Process 0 is the chief: it evaluates, logs and checkpoints.
 
 import jax
 
+from agents.run.waits import connect_within
 
-def initialize(num_processes: int, process_id: int, coordinator_address: str) -> None:
+# JAX's own wait ends by aborting the process; `connect_within` ends the wait this long before.
+_ABORT_MARGIN_S = 30
+
+
+def initialize(num_processes: int, process_id: int, coordinator_address: str,
+               timeout_s: float = 60.0) -> None:
     """Joins the job's processes (before any other JAX call). A no-op for one process.
 
     Args:
       num_processes: processes in the job.
       process_id: this process's index, 0 .. num_processes - 1.
       coordinator_address: `host:port` of process 0's coordinator (loopback for one machine).
+      timeout_s: how long to wait for every process to join (`connect_timeout_s`); then a
+        `waits.ConnectTimeout` naming the flag. Ctrl-C ends the wait.
     """
     if num_processes <= 1:
         return
@@ -26,9 +34,15 @@ def initialize(num_processes: int, process_id: int, coordinator_address: str) ->
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     # The coordinator listens on the address the user named (JAX's default is every
     # interface): 127.0.0.1 keeps a one-machine job on loopback.
-    jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id,
-                               coordinator_bind_address=coordinator_address)
+    connect_within(
+        lambda: jax.distributed.initialize(
+            coordinator_address=coordinator_address, num_processes=num_processes,
+            process_id=process_id, coordinator_bind_address=coordinator_address,
+            initialization_timeout=int(timeout_s) + _ABORT_MARGIN_S),
+        timeout_s, f"the other {num_processes - 1} jax.distributed process(es) at "
+        f"coordinator_address={coordinator_address}",
+        f"start all num_processes={num_processes} processes (process_id 0 .. "
+        f"{num_processes - 1}) with the same coordinator_address")
 
 
 def shutdown(num_processes: int) -> None:

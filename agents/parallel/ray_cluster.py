@@ -8,18 +8,27 @@ Any other address joins a cluster started with `ray start` (see the README); tha
 `RAY_AUTH_MODE` and token are the user's.
 """
 
+import logging
 import os
 import secrets
 
 import ray
 from ray._private import ray_constants
 
+from agents.run.waits import connect_within
+
+# ray.init replaces SIGTERM's handler when called on the main thread; it runs on another one
+# here (`connect_within`), so this process's handler (`agents.run.interrupts`) stays, and Ray's
+# warning that it did not set its own is not news.
+logging.getLogger("ray._private.worker").addFilter(
+    lambda record: not record.getMessage().startswith("SIGTERM handler is not set"))
+
 LOCAL = "local"
 LOOPBACK = "127.0.0.1"
 
 
 def connect(address: str, object_store_mb: int = 0, temp_dir: str = "",
-            num_cpus: int | None = None) -> bool:
+            num_cpus: int | None = None, timeout_s: float = 60.0) -> bool:
     """Connects to Ray at `address` ("local" starts a cluster here).
 
     Args:
@@ -27,6 +36,8 @@ def connect(address: str, object_store_mb: int = 0, temp_dir: str = "",
       object_store_mb: the local cluster's object store in MiB (0: Ray's default).
       temp_dir: the local cluster's session folder ("" : Ray's default).
       num_cpus: the local cluster's CPUs (None: this host's).
+      timeout_s: how long to wait for the cluster (`connect_timeout_s`); Ctrl-C during the
+        wait stops a cluster this call started.
 
     Returns:
       True if this call connected (the caller disconnects), False if Ray was already up in
@@ -35,7 +46,11 @@ def connect(address: str, object_store_mb: int = 0, temp_dir: str = "",
     if ray.is_initialized():
         return False
     if address != LOCAL:
-        ray.init(address=address, log_to_driver=True)
+        # Ray names the address it rewrote (127.0.0.1 becomes this host's interface address)
+        # in its own log lines; the message names the one the user gave.
+        connect_within(lambda: ray.init(address=address, log_to_driver=True), timeout_s,
+                       f"the Ray cluster at ray_address={address}",
+                       "is a cluster running there (`ray start --head`) and reachable?")
         return True
     if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
@@ -44,8 +59,11 @@ def connect(address: str, object_store_mb: int = 0, temp_dir: str = "",
     # at call time from this attribute). `disconnect` turns it back on.
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-             object_store_memory=object_store_mb * 2**20 or None, _temp_dir=temp_dir or None)
+    connect_within(lambda: ray.init(
+        num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+        object_store_memory=object_store_mb * 2**20 or None, _temp_dir=temp_dir or None),
+        timeout_s, "the local Ray cluster (ray_address=local)",
+        "is this host short of memory or CPU?", undo=lambda _: disconnect())
     node_ip, auth = ray.util.get_node_ip_address(), os.environ.get("RAY_AUTH_MODE")
     if node_ip != LOOPBACK or auth != "token":
         disconnect()
