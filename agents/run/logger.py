@@ -1,17 +1,13 @@
 """Metrics for researchers: CSV files, TensorBoard events, and a learning-curve PNG.
 
 Every write happens in the caller's thread (the driver's), so a failure (a full disk) raises
-there as `MetricsError` and the run stops with it, like a failure of any thread. Every file is
-opened through `agents.run.files`: a link planted under a name written here is refused.
+there as `MetricsError` and the run stops with it, like a failure of any thread.
 """
 
 import csv
 import math
 import os
-import secrets
 import time
-
-from agents.run import files
 
 
 class MetricsError(OSError):
@@ -32,12 +28,9 @@ class TensorBoardFile:
         from tensorboardX.proto import event_pb2
         from tensorboardX.summary import scalar
 
-        files.real_folder(logdir, create=True)
+        os.makedirs(logdir, exist_ok=True)
         self._event, self._scalar = event_pb2.Event, scalar
-        # tensorboardX opens the file with a plain open(): a name no one can guess beforehand
-        # keeps a link from being planted under it (`files.check_run_dir` refuses older ones).
-        self._file = EventsWriter(os.path.join(logdir, "events"),
-                                  filename_suffix=f".{secrets.token_hex(8)}")
+        self._file = EventsWriter(os.path.join(logdir, "events"))
 
     def add_scalars(self, prefix: str, step: int, values: dict[str, float]) -> None:
         """Writes `prefix/<key>` for each finite value at `step`, then flushes."""
@@ -97,19 +90,17 @@ class MetricsLogger:
         if group in self._files:
             self._files.pop(group).close()
         rows, fields = [], []
-        if os.path.lexists(path):
-            with files.open_file(path, "r", newline="") as f:
+        if os.path.exists(path):
+            with open(path, newline="") as f:
                 reader = csv.DictReader(f)
                 rows, fields = list(reader), list(reader.fieldnames or [])
         fields += [k for k in keys if k not in fields]
-        if os.path.lexists(path + ".tmp") and not os.path.islink(path + ".tmp"):
-            os.remove(path + ".tmp")  # the run's own, left by a crash mid-rewrite
-        with files.open_file(path + ".tmp", "x", newline="") as f:
+        with open(path + ".tmp", "w", newline="") as f:
             rewrite = csv.DictWriter(f, fieldnames=fields)
             rewrite.writeheader()
             rewrite.writerows(rows)
         os.replace(path + ".tmp", path)
-        self._files[group] = files.open_file(path, "a", newline="")
+        self._files[group] = open(path, "a", newline="")
         self._writers[group] = csv.DictWriter(self._files[group], fieldnames=fields)
         return self._writers[group]
 
@@ -158,44 +149,6 @@ def plot_learning_curve(run_dir: str, x: str = "env_steps", y: str = "mean_retur
     ax.grid(alpha=0.3)
     out = os.path.join(run_dir, "learning_curve.png")
     fig.tight_layout()
-    files.save_figure(fig, out, dpi=100)
+    fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
-
-
-def truncate_metrics(run_dir: str, step: int, groups: tuple[str, ...] = ("train", "eval")) -> int:
-    """Removes the rows with `step` > `step` from each `<run_dir>/<group>.csv`; returns how many.
-
-    A resumed run continues from its checkpoint's step, so rows written after that checkpoint
-    (before a crash, or by a stretch whose checkpoint was damaged and moved aside) belong to
-    training that is discarded; kept, they would interleave with the new rows (steps going
-    2726 then 1645) and the curve would zig-zag. Each file is rewritten whole into a temporary
-    and renamed over the original, so a crash leaves either the old or the new file.
-    """
-    removed = 0
-    for group in groups:
-        path = os.path.join(run_dir, f"{group}.csv")
-        if not os.path.isfile(path):
-            continue
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            rows, fields = list(reader), list(reader.fieldnames or [])
-        kept = [row for row in rows if not _after(row.get("step"), step)]
-        if len(kept) == len(rows):
-            continue
-        if os.path.lexists(path + ".tmp") and not os.path.islink(path + ".tmp"):
-            os.remove(path + ".tmp")  # the run's own, left by a crash mid-rewrite
-        with open(path + ".tmp", "x", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(kept)
-        os.replace(path + ".tmp", path)
-        removed += len(rows) - len(kept)
-    return removed
-
-
-def _after(value: str | None, step: int) -> bool:
-    try:
-        return float(value) > step
-    except (TypeError, ValueError):  # a damaged row: not one of the discarded stretch's
-        return False

@@ -81,36 +81,6 @@ def fill_disk(monkeypatch, owner, attribute: str, failures=None) -> list:
     return calls
 
 
-# --- divergence and damaged records ---
-
-def poison_checkpoint(path: str, value: float = float("nan")) -> None:
-    """Writes `value` into the first float parameter of checkpoint `path` and a manifest that
-    matches, as a run that diverged before a save would have left it: complete, but not finite."""
-    import flax.serialization
-    import numpy as np
-
-    from agents.run import checkpoint
-
-    learner = os.path.join(path, "learner.msgpack")
-    with open(learner, "rb") as f:
-        state = flax.serialization.msgpack_restore(f.read())
-    leaves = [leaf for leaf in _leaves(state["params"])
-              if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f"]
-    leaves[0].reshape(-1)[0] = value
-    with open(learner, "wb") as f:
-        f.write(flax.serialization.msgpack_serialize(state))
-    os.remove(os.path.join(path, checkpoint.MANIFEST))
-    checkpoint._write_manifest(path)
-
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        for value in tree.values():
-            yield from _leaves(value)
-    else:
-        yield tree
-
-
 # --- hangs and interrupts ---
 
 def free_port() -> int:
@@ -163,23 +133,3 @@ def processes_mentioning(text: str) -> list[int]:
         except OSError:
             pass  # ended meanwhile
     return found
-
-
-# --- planted links ---
-
-def outside_file(folder, text: str = "not the run's\n") -> str:
-    """A file outside any run folder (in `folder`) holding `text`: what a planted link targets."""
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "outside.txt")
-    with open(path, "w") as f:
-        f.write(text)
-    return path
-
-
-def plant_link(run_dir, name: str, target: str, hard: bool = False) -> str:
-    """Plants a link at `run_dir/name` (its folders made as needed) to `target`, as someone
-    sharing the folder could: symbolic, or `hard`. Returns the link's path."""
-    path = os.path.join(run_dir, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    (os.link if hard else os.symlink)(target, path)
-    return path
