@@ -142,6 +142,7 @@ def main(argv):
     # it when run again), also when the script was started in the background, where SIGINT
     # would otherwise be ignored.
     GUARD.install()
+    GUARD.starting()  # the imports are done: a signal raises until a run is under way
     agent = FLAGS.agent
     config_cls = run_and_evaluate.AGENTS[agent][1]
     flagfile = FLAGS.config or f"experiments/configs/{agent}_atari.cfg"

@@ -20,6 +20,7 @@ from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
 from agents.run.envs import is_atari
 from agents.run.evaluation import FRAME_SKIP, EvalProtocol
+from agents.run.interrupts import GUARD
 from agents.run.logger import read_metrics
 from agents.trained import evaluate_params
 
@@ -73,11 +74,13 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
+    GUARD.starting()  # a signal that came after the last run's final save stops the script
     config = dataclasses.replace(config, resume=True)  # a fresh folder starts a new run
     agent = AGENTS[agent_name][0](config, print_fn)
     summary = agent.run()
     if summary.get("interrupted"):
         raise KeyboardInterrupt("the run was interrupted; run the script again to resume it")
+    GUARD.starting()  # after the final save signals were only kept: they raise again
     final = protocol_evaluate(agent, protocol) if protocol is not None else np.array([])
     curve = [dict(env_steps=row["env_steps"], mean_return=row["mean_return"])
              for row in read_metrics(config.run_dir, "eval")]

@@ -174,6 +174,7 @@ def main(argv):
     # it when run again), also when the script was started in the background, where SIGINT
     # would otherwise be ignored.
     GUARD.install()
+    GUARD.starting()  # the imports are done: a signal raises until a run is under way
     corrections, lags, seeds = parse_levels(FLAGS.corrections, FLAGS.lags, FLAGS.seeds)
     try:
         lrs = [float(x) for x in FLAGS.learning_rates] or [None]
