@@ -122,6 +122,7 @@ def load(agent: str, path: str) -> TrainedAgent:
       CheckpointError: `path` is not a complete checkpoint (a file missing or damaged).
       CheckpointMismatch: its parameters do not fit `agent`'s network for its config (another
         agent's checkpoint).
+      NonFiniteCheckpoint: its parameters hold NaN or inf (saved from a run that diverged).
     """
     if agent not in AGENTS:
         raise ValueError(f"agent must be one of {tuple(AGENTS)}, got {agent!r}")
@@ -143,5 +144,6 @@ def load(agent: str, path: str) -> TrainedAgent:
         raise checkpoint.CheckpointMismatch(
             f"{path}: its parameters do not fit {agent}'s network for its config "
             f"({type(e).__name__}: {str(e)[:300]})") from None
+    checkpoint.check_finite(path, {"params": params})
     return TrainedAgent(agent, config, info, network, params, int(meta["updates"]),
                         int(meta["counters"]["env_steps"]))

@@ -392,24 +392,54 @@ class FrameStackStorage:
         # A frame is destroyed exactly when its seq falls out of the newest frame_capacity.
         return handle.oldest >= max(self.frames_written - self.frame_capacity, 0)
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Plain arrays (the live ring and slot seqs, not copies) plus the per-stream tables."""
+    def state_dict(self, filled: int | None = None) -> dict[str, np.ndarray]:
+        """Plain arrays (views of the live ring and slot seqs, not copies) plus the per-stream
+        tables. With `filled` (the slots ever written) only what was written: slots
+        `[0, filled)` and the ring rows frames were written to, `[0, min(frames_written,
+        frame_capacity))` (a checkpoint of a replay that is filling holds no empty ring)."""
         ids = np.array(sorted(self._tables), np.int64)
         table = np.full((len(ids), _TABLE_SIZE), -1, np.int64)  # oldest first, -1 padded
         for row, stream in zip(table, ids.tolist()):
             seqs = list(self._tables[stream].values())
             row[:len(seqs)] = seqs
-        state = {"frames/ring": self.frames, "frames/written": np.int64(self.frames_written),
-                 "frames/slot_seqs": self.slot_seqs, "frames/stream_ids": ids,
+        slots = self.capacity if filled is None else filled
+        rows = self.frame_capacity if filled is None else self._rows_written(self.frames_written)
+        state = {"frames/ring": self.frames[:rows],
+                 "frames/written": np.int64(self.frames_written),
+                 "frames/slot_seqs": self.slot_seqs[:slots], "frames/stream_ids": ids,
                  "frames/stream_tables": table}
+        if filled is not None:  # marks a ring saved in part, and says whose part it is
+            state["frames/capacity"] = np.int64(self.frame_capacity)
         if self._plain is not None:
-            state.update(self._plain.state_dict())
+            state.update(self._plain.state_dict(filled))
         return state
 
-    def check_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        expected = {"frames/ring": self.frames.shape, "frames/written": (),
-                    "frames/slot_seqs": self.slot_seqs.shape, "frames/stream_ids": None,
-                    "frames/stream_tables": None}
+    def _rows_written(self, written: int) -> int:
+        """Ring rows that `written` frames have filled (row = seq % frame_capacity)."""
+        return min(written, self.frame_capacity)
+
+    def _ring_rows(self, state: dict[str, np.ndarray]) -> int:
+        """Ring rows a state holds: all of them (a state without `frames/capacity`: saved whole)
+        or, in one that records the ring's capacity (saved in part), those frames went to."""
+        if "frames/capacity" not in state:
+            return self.frame_capacity
+        saved = np.asarray(state["frames/capacity"])
+        if saved.shape != () or saved.dtype.kind not in "iu" or int(saved) != self.frame_capacity:
+            raise ValueError(f"state['frames/capacity'] is {saved}; this storage has "
+                             f"frame_capacity {self.frame_capacity}")
+        written = np.asarray(state["frames/written"])
+        if written.shape != () or written.dtype.kind not in "iu":
+            raise ValueError(f"state['frames/written'] must be an integer, got {written!r}")
+        return self._rows_written(max(int(written), 0))
+
+    def check_state_dict(self, state: dict[str, np.ndarray], slots: int | None = None) -> None:
+        if "frames/written" not in state:
+            raise ValueError("state has no 'frames/written'; it was not saved by a "
+                             "FrameStackStorage")
+        slots = self.capacity if slots is None else slots
+        expected = {"frames/ring": (self._ring_rows(state),) + self.frame_shape,
+                    "frames/written": (), "frames/slot_seqs": (slots,) + self.slot_seqs.shape[1:],
+                    "frames/stream_ids": None, "frames/stream_tables": None}
         for key, shape in expected.items():
             if key not in state:
                 raise ValueError(f"state has no {key!r}; it was not saved by a FrameStackStorage")
@@ -430,18 +460,24 @@ class FrameStackStorage:
         if written < 0:
             raise ValueError(f"state['frames/written'] must be >= 0, got {written}")
         if self._plain is not None:
-            self._plain.check_state_dict(state)
+            self._plain.check_state_dict(state, slots)
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.check_state_dict(state)  # everything first: a bad state changes nothing
+    def load_state_dict(self, state: dict[str, np.ndarray], slots: int | None = None) -> None:
+        self.check_state_dict(state, slots)  # everything first: a bad state changes nothing
+        slots = self.capacity if slots is None else slots
         ids = np.asarray(state["frames/stream_ids"])
         table = np.asarray(state["frames/stream_tables"])
         written = int(state["frames/written"])
         if self._plain is not None:
-            self._plain.load_state_dict(state)
-        self.frames[...] = state["frames/ring"]
+            self._plain.load_state_dict(state, slots)
+        rows = len(state["frames/ring"])
+        self.frames[:rows] = state["frames/ring"]
+        # Rows past the state's were never written in it; only those this storage wrote itself
+        # need emptying (untouched rows are still unmapped zeros: a fresh ring stays unmapped).
+        self.frames[rows:self._rows_written(self.frames_written)] = 0
         self.frames_written = written
-        self.slot_seqs[...] = state["frames/slot_seqs"]
+        self.slot_seqs[:slots] = state["frames/slot_seqs"]
+        self.slot_seqs[slots:] = -1
         oldest = self.slot_seqs.min(axis=(1, 2))
         self._oldest[...] = np.where(oldest >= 0, oldest, _EMPTY)
         self._min_oldest = int(self._oldest.min())

@@ -276,27 +276,54 @@ class PrioritizedReplay:
             self._counters["updates_stale"] += len(ids) - applied
         return applied
 
+    def _filled(self) -> int:
+        """Slots ever written: id i goes to slot i % capacity, ids in order, so `[0, filled)`."""
+        return min(self._next_id, self.capacity)
+
     def _live_state(self) -> dict[str, np.ndarray]:
-        """The state as views of the live arrays; the caller holds the lock."""
-        state = {f"tree/{k}": v for k, v in self._tree.state_dict().items()}
-        state.update({f"storage/{k}": v for k, v in self.storage.state_dict().items()})
+        """The state as views of the live arrays; the caller holds the lock.
+
+        Only the slots ever written are in it (`_filled`), and of the frame ring only the rows
+        written: the arrays are preallocated for the whole capacity, and a replay that is still
+        filling (any run's first hours) would otherwise be saved at its full size.
+        """
+        filled = self._filled()
+        tree = self._tree.state_dict()
+        state = {"tree/capacity": tree["capacity"], "tree/priorities": tree["priorities"][:filled]}
+        state.update({f"storage/{k}": v for k, v in self.storage.state_dict(filled).items()})
         state.update({
-            "ids": self._ids, "next_id": np.int64(self._next_id), "size": np.int64(self._size),
+            "ids": self._ids[:filled], "next_id": np.int64(self._next_id),
+            "size": np.int64(self._size),
             "alpha": np.float64(self.alpha), "beta": np.float64(self._beta),
             "rng": np.array(json.dumps(self._rng.bit_generator.state)),
             **{f"counters/{k}": np.int64(v) for k, v in self._counters.items()}})
         return state
 
+    def _saved_slots(self, state: dict[str, np.ndarray]) -> int:
+        """How many slots `state` holds; a ValueError unless it is every slot written by its
+        `next_id` and at most the capacity."""
+        ids, next_id = np.asarray(state["ids"]), np.asarray(state["next_id"])
+        if next_id.shape != () or next_id.dtype.kind not in "iu" or int(next_id) < 0:
+            raise ValueError(f"checkpoint next_id must be an integer >= 0, got {next_id!r}")
+        written = min(int(next_id), self.capacity)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or not written <= len(ids) <= self.capacity:
+            raise ValueError(f"checkpoint holds {ids.shape} slot ids; this replay has capacity "
+                             f"{self.capacity} and the checkpoint wrote {written} slots "
+                             f"(next_id {int(next_id)})")
+        return len(ids)
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The whole replay (contents included) as plain NumPy arrays, no pickled objects."""
+        """The replay's contents as plain NumPy arrays, no pickled objects: the slots written
+        so far (and their frames), not the empty rest of the capacity."""
         with self._lock:
             return {k: np.array(v, copy=True) for k, v in self._live_state().items()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restores a `state_dict()` into this replay (same capacity, alpha and storage).
 
-        Everything is checked before anything is replaced: a state that raises leaves the
-        replay as it was.
+        The state holds the slots written, `[0, min(next_id, capacity))` (one saved whole, by
+        an earlier version, holds all of them); the slots past them are emptied. Everything is
+        checked before anything is replaced: a state that raises leaves the replay as it was.
         """
         required = ({"alpha", "beta", "ids", "next_id", "size", "rng"}
                     | {f"counters/{k}" for k in self._counters})
@@ -307,17 +334,21 @@ class PrioritizedReplay:
         if float(state["alpha"]) != self.alpha:
             raise ValueError(f"checkpoint alpha={float(state['alpha'])} differs from this "
                              f"replay's alpha={self.alpha}; priorities would be inconsistent")
-        if state["ids"].shape != (self.capacity,):
-            raise ValueError(f"checkpoint holds {state['ids'].shape[0]} slots; this replay has "
-                             f"capacity {self.capacity}")
-        tree = SumTree.from_state_dict(
-            {k[len("tree/"):]: v for k, v in state.items() if k.startswith("tree/")})
-        if tree.capacity != self.capacity:
-            raise ValueError(f"checkpoint sum tree has capacity {tree.capacity}; this replay "
+        slots = self._saved_slots(state)
+        tree_state = {k[len("tree/"):]: v for k, v in state.items() if k.startswith("tree/")}
+        capacity = np.asarray(tree_state.get("capacity"))
+        if capacity.shape != () or capacity.dtype.kind not in "iu" \
+                or int(capacity) != self.capacity:
+            raise ValueError(f"checkpoint sum tree has capacity {capacity}; this replay "
                              f"has {self.capacity}")
+        priorities = np.asarray(tree_state.get("priorities"))
+        if priorities.shape != (slots,):
+            raise ValueError(f"checkpoint holds {priorities.shape} priorities for {slots} slots")
+        tree = SumTree.from_state_dict(dict(capacity=capacity, priorities=np.concatenate(
+            [priorities, np.zeros(self.capacity - slots, priorities.dtype)])))
         storage_state = {k[len("storage/"):]: v for k, v in state.items()
                          if k.startswith("storage/")}
-        self.storage.check_state_dict(storage_state)
+        self.storage.check_state_dict(storage_state, slots)
         try:
             rng_state = json.loads(str(state["rng"]))
             np.random.default_rng().bit_generator.state = rng_state  # validates it
@@ -328,8 +359,9 @@ class PrioritizedReplay:
             raise ValueError(f"checkpoint beta must be in [0, 1], got {beta}")
         with self._lock:
             self._tree = tree
-            self.storage.load_state_dict(storage_state)
-            self._ids = np.array(state["ids"], np.int64)
+            self.storage.load_state_dict(storage_state, slots)
+            self._ids = np.full(self.capacity, -1, np.int64)
+            self._ids[:slots] = state["ids"]
             self._next_id, self._size = int(state["next_id"]), int(state["size"])
             self._beta = beta
             self._rng.bit_generator.state = rng_state

@@ -40,12 +40,16 @@ class Storage(Protocol):
     def intact(self, handle: Any) -> np.ndarray:
         """bool `[B]`: whether the bytes `gather` read for the handle were not overwritten."""
 
-    def state_dict(self) -> dict[str, np.ndarray]: ...
+    def state_dict(self, filled: int | None = None) -> dict[str, np.ndarray]:
+        """Plain arrays of the contents: of slots `[0, filled)` only when given (the slots
+        ever written; what a checkpoint needs), else of every slot."""
 
-    def check_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Raises the ValueError `load_state_dict(state)` would raise; changes nothing."""
+    def check_state_dict(self, state: dict[str, np.ndarray], slots: int | None = None) -> None:
+        """Raises the ValueError `load_state_dict(state, slots)` would raise; changes nothing.
+        `slots`: how many slots the state holds (None: all of them)."""
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
+    def load_state_dict(self, state: dict[str, np.ndarray], slots: int | None = None) -> None:
+        """Restores a `state_dict(filled=slots)`; slots past it are emptied."""
 
 
 class ArrayStorage:
@@ -89,20 +93,25 @@ class ArrayStorage:
         # so the replay's generation check already covers this storage.
         return np.ones(len(handle), bool)
 
-    def state_dict(self):
-        return {f"data/{name}": array for name, array in self.data.items()}
+    def state_dict(self, filled=None):
+        rows = slice(None) if filled is None else slice(0, filled)
+        return {f"data/{name}": array[rows] for name, array in self.data.items()}
 
-    def check_state_dict(self, state):
+    def check_state_dict(self, state, slots=None):
+        slots = self.capacity if slots is None else slots
         for name, array in self.data.items():
             if f"data/{name}" not in state:
                 raise ValueError(f"checkpoint has no field {name!r}")
             saved = state[f"data/{name}"]
-            if saved.shape != array.shape or saved.dtype != array.dtype:
+            expected = (slots,) + array.shape[1:]
+            if saved.shape != expected or saved.dtype != array.dtype:
                 raise ValueError(
                     f"checkpoint field {name!r} has shape {saved.shape} and dtype {saved.dtype}; "
-                    f"this replay expects {array.shape} {array.dtype}")
+                    f"this replay expects {expected} {array.dtype}")
 
-    def load_state_dict(self, state):
-        self.check_state_dict(state)  # every field first: a bad one changes nothing
+    def load_state_dict(self, state, slots=None):
+        self.check_state_dict(state, slots)  # every field first: a bad one changes nothing
+        slots = self.capacity if slots is None else slots
         for name, array in self.data.items():
-            array[...] = state[f"data/{name}"]
+            array[:slots] = state[f"data/{name}"]
+            array[slots:] = 0

@@ -96,7 +96,7 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
             non_negative=("min_replay_size", "samples_per_insert", "huber_delta"),
             unit_interval=("discount", "priority_exponent", "importance_exponent",
                            "epsilon_base", "eval_epsilon"),
-            choices=(("loss", LOSSES),))
+            choices=(("loss", LOSSES),), finite=("epsilon_alpha", "samples_per_insert"))
         self.check_optimizer()
         self.check_ray(self.num_actors)
         if self.min_replay_size > self.replay_capacity:

@@ -20,6 +20,7 @@ from agents.apex.config import ApexConfig
 from agents.apex.losses import apex_loss, double_q_td_errors
 from agents.parallel import sharding
 from agents.parallel.zero import ZeroOptimizer, canonical_opt_state
+from agents.run.divergence import describe, health
 from agents.run.param_server import ParamServer
 from replay.prioritized import PrioritizedReplay, Sample
 
@@ -84,6 +85,7 @@ def make_update(network: nn.Module, config: ApexConfig, mesh: jax.sharding.Mesh,
         metrics = jax.lax.pmean(dict(loss=loss, mean_abs_td=jnp.mean(jnp.abs(td)),
                                      mean_q=mean_q), sharding.BATCH_AXIS)
         metrics["grad_norm"] = grad_norm
+        metrics["health"] = health(metrics["loss"], params)
         return TrainingState(params, target_params, opt_state, steps), metrics, jnp.abs(td)
 
     return sharding.data_parallel(update, mesh, state_spec=zero.state_specs(TrainingState)), zero
@@ -125,6 +127,7 @@ class ApexLearner:
         self.waits = dict(sample_s=0.0, batch_s=0.0)
         self._waits_lock = threading.Lock()  # the sampler threads add to waits["sample_s"]
         self.param_server.publish(state.params)
+        self.diverged: str | None = None  # what went non-finite, at which update
 
     def threads(self) -> list[tuple[str, Any]]:
         """The sampler threads and the learner thread."""
@@ -151,7 +154,7 @@ class ApexLearner:
 
     def run(self, stop: threading.Event) -> None:
         """Learner thread: update, write priorities back, publish parameters."""
-        pending = None  # (ids, priorities) of the update in flight on the device
+        pending = None  # (ids, priorities, health, update) of the update in flight
         while not stop.is_set():
             start = time.perf_counter()
             try:
@@ -165,15 +168,27 @@ class ApexLearner:
                 self.state, metrics, priorities = self._update(self.state, batch)
             # Dispatch is asynchronous: finish the previous update's host work while this one
             # runs on the device.
-            if pending is not None:
-                self.replay.update_priorities(pending[0], np.asarray(pending[1]))
-            pending = (sample.ids, priorities)
+            if pending is not None and not self._write_back(pending, stop):
+                return
             self.updates += 1
+            pending = (sample.ids, priorities, metrics.pop("health"), self.updates)
             if self.updates % self.config.publish_period == 0:
                 self.param_server.publish(self.state.params)
             self.metrics = metrics
         if pending is not None:
-            self.replay.update_priorities(pending[0], np.asarray(pending[1]))
+            self._write_back(pending, stop)
+
+    def _write_back(self, pending: tuple, stop: threading.Event) -> bool:
+        """Writes an update's priorities back, read where the host waits for that update
+        anyway. First checks its loss and parameters: a non-finite update stops the run
+        (`diverged`) and its NaN priorities never reach the replay. Returns False then."""
+        ids, priorities, values, update = pending
+        self.diverged = describe(update, np.asarray(values))
+        if self.diverged is not None:
+            stop.set()
+            return False
+        self.replay.update_priorities(ids, np.asarray(priorities))
+        return True
 
     def host_state(self) -> TrainingState:
         """A host copy of the training state, optimizer state in canonical form (checkpoints)."""

@@ -85,7 +85,8 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
             non_negative=("baseline_cost", "entropy_cost", "rho_bar", "c_bar", "pg_rho_bar"),
             unit_interval=("discount", "lambda_"), choices=(("reduction", REDUCTIONS),
                                                         ("correction", CORRECTIONS),
-                                                        ("eval_action", IMPALA_EVAL_ACTIONS)))
+                                                        ("eval_action", IMPALA_EVAL_ACTIONS)),
+            finite=("baseline_cost", "entropy_cost"))
         self.check_optimizer()
         self.check_processes(self.batch_size, self.zero_stage)
         if self.c_bar > self.rho_bar:

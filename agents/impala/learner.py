@@ -23,6 +23,7 @@ from agents.impala.losses import impala_loss
 from agents.impala.unroll import Unrolls, stack_unrolls
 from agents.parallel import sharding
 from agents.parallel.zero import ZeroOptimizer, canonical_opt_state
+from agents.run.divergence import DivergenceWatch, health
 from agents.run.param_server import ParamServer
 
 # The loss's terms (sums over steps in `impala_loss`); its other metrics are per-step means.
@@ -108,7 +109,7 @@ def make_update(network: nn.Module, config: ImpalaConfig, mesh: jax.sharding.Mes
         grads, metrics = jax.grad(loss_fn, has_aux=True)(
             sharding.per_device(state.params), batch)
         params, opt_state, grad_norm = zero.step(state.params, grads, state.opt_state)
-        metrics = dict(metrics, grad_norm=grad_norm)
+        metrics = dict(metrics, grad_norm=grad_norm, health=health(metrics["loss"], params))
         return TrainingState(params, opt_state, state.steps + 1), metrics
 
     return sharding.data_parallel(update, mesh, state_spec=zero.state_specs(TrainingState),
@@ -150,6 +151,9 @@ class ImpalaLearner:
         # its distribution over the run rather than one batch's snapshot.
         self.lag_counts = np.zeros(1, np.int64)
         self.wait_s = 0.0
+        # Whether the loss and parameters stay finite, read without a device sync per update.
+        self._watch = DivergenceWatch()
+        self.diverged: str | None = None  # what went non-finite, at which update
 
     def threads(self) -> list[tuple[str, Any]]:
         """One thread: dynamic batching and updates."""
@@ -185,6 +189,11 @@ class ImpalaLearner:
                 for name, (shape, dtype) in self.unroll_spec.items()}
 
     def run(self, stop: threading.Event) -> None:
+        self._train(stop)
+        # Updates still unread when the run stopped: the final checkpoint's state is theirs.
+        self.diverged = self.diverged or self._watch.drain()
+
+    def _train(self, stop: threading.Event) -> None:
         while not self._stop_everywhere(stop):
             batch = self._next_batch(stop)
             if batch is None:
@@ -198,14 +207,23 @@ class ImpalaLearner:
             # Transfers for the learner stay in the learner's thread.
             on_device = sharding.put_batch(fields, self.mesh)
             with self._state_lock:
-                self.state, self.metrics = self._update(self.state, on_device)
+                self.state, metrics = self._update(self.state, on_device)
             self.updates += 1
+            self._check(metrics.pop("health"), stop)
+            self.metrics = metrics
             if self.updates % self.config.publish_period == 0:
                 self.version = self.param_server.publish(self.state.params)
             if lag is not None:
                 self.lag_counts, run_mean = count_lags(self.lag_counts, lag)
                 self.lag = dict(policy_lag_mean=float(lag.mean()),
                                 policy_lag_max=float(lag.max()), policy_lag_run_mean=run_mean)
+
+    def _check(self, values, stop: threading.Event) -> None:
+        """Stops the run at the first update whose loss or parameters are not finite. The stop
+        goes through `stop`, so with several processes all leave at the same update."""
+        if self.diverged is None and (diverged := self._watch.add(self.updates, values)):
+            self.diverged = diverged
+            stop.set()
 
     def host_state(self) -> TrainingState:
         """A host copy of the training state, optimizer state in canonical form (checkpoints)."""

@@ -28,6 +28,7 @@ from agents.run.driver import Driver
 from agents.run.envs import actor_env_settings, env_info, eval_env_settings, make_env
 from agents.run.evaluation import Evaluator, config_protocol
 from agents.run.interfaces import Learner, Runtime
+from agents.run.logger import plot_learning_curve, truncate_metrics
 from agents.run.param_server import ParamServer
 from agents.run.runner import ThreadRunner
 from agents.run.seeds import run_seeds
@@ -109,8 +110,19 @@ class Agent:
         if self.resumed_from:
             state = checkpoint.resume_run(self.resumed_from, state, self.stats,
                                           self.checkpointed_replay())
+            if self.chief:
+                self._truncate_records(int(state.steps))
         self.param_server = ParamServer(config.devices()[1])
         self.learner = self.make_learner(state)
+
+    def _truncate_records(self, step: int) -> None:
+        """Drops the metrics rows written after the checkpoint this run resumes from (training
+        that is discarded), and redraws the curve from what is left."""
+        removed = truncate_metrics(self.config.run_dir, step)
+        if removed:
+            self.print(f"--resume: removed {removed} metrics rows after update {step:,} from "
+                       "train.csv and eval.csv (training after the checkpoint resumed from)")
+            plot_learning_curve(self.config.run_dir, target=self.config.solved_return)
 
     def sample_obs(self) -> np.ndarray:
         """One observation of zeros `[*obs_shape]`, for initializing parameters."""

@@ -28,6 +28,8 @@ from typing import Any, Callable
 import flax.serialization
 import jax
 
+from agents.run.divergence import Diverged, nonfinite_leaves
+
 MANIFEST = "manifest.json"
 # Written into every meta.json: a checkpoint that has it must have its manifest too. One
 # without it was saved before checkpoints had manifests (complete by construction then: the
@@ -44,6 +46,26 @@ class CheckpointError(ValueError):
 
 class CheckpointMismatch(ValueError):
     """A complete checkpoint that does not fit this run (another network, replay or shards)."""
+
+
+class NonFiniteCheckpoint(CheckpointError):
+    """A complete checkpoint whose learner state holds NaN or inf: saved from a run that had
+    diverged (by a version that did not check), so resuming or evaluating it is pointless."""
+
+
+def _names(paths: list[str]) -> str:
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
+def check_finite(path: str, state: Any) -> None:
+    """Raises `NonFiniteCheckpoint` naming `path` and the leaves if `state` (the learner state
+    read from it) holds NaN or inf."""
+    bad = nonfinite_leaves(state)
+    if bad:
+        raise NonFiniteCheckpoint(
+            f"{path}: learner.msgpack holds non-finite values ({_names(bad)}): the run had "
+            "diverged when it was saved; resume from an earlier checkpoint (move this one "
+            "aside) or start a new run")
 
 
 def _sha256(path: str) -> str:
@@ -120,9 +142,18 @@ def save_checkpoint(directory: str, step: int, learner_state: Any, meta: dict,
 
     A failure while writing (a full disk, say) removes the partial folder and re-raises; every
     earlier checkpoint stays as it was.
+
+    Raises:
+      Diverged: `learner_state` holds NaN or inf; nothing is written and nothing pruned, so
+        the newest finite checkpoint stays.
     """
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
+    learner_state = jax.device_get(learner_state)
+    bad = nonfinite_leaves(learner_state)
+    if bad:
+        raise Diverged(f"the learner state holds non-finite values ({_names(bad)}) at update "
+                       f"{step:,}")
     os.makedirs(directory, exist_ok=True)
     final = os.path.join(directory, f"step_{step:012d}")
     tmp, replaced = final + ".tmp", final + ".old"
@@ -130,7 +161,7 @@ def save_checkpoint(directory: str, step: int, learner_state: Any, meta: dict,
     try:
         os.makedirs(tmp)
         with open(os.path.join(tmp, "learner.msgpack"), "wb") as f:
-            f.write(flax.serialization.to_bytes(jax.device_get(learner_state)))
+            f.write(flax.serialization.to_bytes(learner_state))
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump(dict(meta, format=FORMAT), f, indent=2, sort_keys=True)
         if replay is not None:
@@ -199,13 +230,17 @@ def find_resumable(directory: str, print_fn: Callable = print,
     Each newer one that fails is reported (folder and file) and, with `move_aside`, renamed to
     `step_<N>.corrupt` so no later save or prune confuses it with a good one.
     """
-    for path in reversed(list_checkpoints(directory)):
+    paths = list_checkpoints(directory)
+    for index in reversed(range(len(paths))):
+        path = paths[index]
         try:
             verify(path)
         except CheckpointError as e:
             note = f"; moved aside to {path}.corrupt" if move_aside else ""
+            then = (f"falling back to {os.path.basename(paths[index - 1])}" if index else
+                    "no earlier checkpoint is left")
             print_fn(f"checkpoint {os.path.basename(path)} is incomplete or corrupt: {e}{note}; "
-                     "falling back to the one before it")
+                     f"{then}")
             if move_aside:
                 shutil.rmtree(path + ".corrupt", ignore_errors=True)
                 os.rename(path, path + ".corrupt")
@@ -240,6 +275,7 @@ def restore_checkpoint(path: str, learner_template: Any, replay: Any = None,
     Raises:
       CheckpointError: the checkpoint is incomplete or corrupt.
       CheckpointMismatch: it is complete but belongs to a run of another shape.
+      NonFiniteCheckpoint: its learner state holds NaN or inf.
     """
     files = verify(path) if not verified else verify(path, checksums=False)
     meta = read_meta(path)
@@ -251,6 +287,7 @@ def restore_checkpoint(path: str, learner_template: Any, replay: Any = None,
         raise CheckpointMismatch(
             f"{path}: learner.msgpack does not fit this run's network and optimizer "
             f"({type(e).__name__}: {str(e)[:300]})") from None
+    check_finite(path, state)
     if replay is not None and "replay.npz" in files:
         try:
             replay.load(os.path.join(path, "replay.npz"))

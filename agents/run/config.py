@@ -13,8 +13,16 @@ from agents.run.envs import actor_env_settings
 CHECKPOINT_FAILURES = ("retry", "stop")
 
 
-def check_fields(config, *, positive=(), non_negative=(), unit_interval=(), choices=()) -> None:
-    """Raises a ValueError naming the first field out of its allowed range."""
+def check_fields(config, *, positive=(), non_negative=(), unit_interval=(), choices=(),
+                 finite=()) -> None:
+    """Raises a ValueError naming the first field out of its allowed range. A field named in
+    `finite` must also be a finite number (where inf or NaN makes no sense: a step size, a loss
+    weight, a period), checked first."""
+    for name in finite:
+        value = getattr(config, name)
+        if not math.isfinite(value):
+            bound = (" >= 0" if name in non_negative else " > 0" if name in positive else "")
+            raise ValueError(f"{name} must be a finite number{bound}, got {value}")
     for name in positive:
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
@@ -109,10 +117,13 @@ class RunConfig:
             self,
             positive=("num_actors", "envs_per_actor", "actor_batch_size", "total_env_steps",
                       "eval_period", "eval_episodes", "max_episode_frames"),
-            non_negative=("noop_max", "max_episode_steps", "log_period_s",
-                          "checkpoint_period_s"),
+            non_negative=("noop_max", "max_episode_steps", "checkpoint_period_s"),
             unit_interval=("repeat_action_probability",),
-            choices=(("zero_stage", (0, 1, 2)), ("checkpoint_failure", CHECKPOINT_FAILURES)))
+            choices=(("zero_stage", (0, 1, 2)), ("checkpoint_failure", CHECKPOINT_FAILURES)),
+            finite=("log_period_s",))
+        if not self.log_period_s > 0:  # the main loop waits this long between looks
+            raise ValueError(f"log_period_s must be > 0 (seconds between progress lines), got "
+                             f"{self.log_period_s}")
         if not self.connect_timeout_s > 0:  # `not >` also rejects NaN
             raise ValueError(f"connect_timeout_s must be > 0, got {self.connect_timeout_s}")
         for name in ("learner_devices", "actor_devices"):

@@ -86,7 +86,8 @@ class OptimizerConfig:
     def check_optimizer(self) -> None:
         check_fields(self, non_negative=("learning_rate", "optimizer_epsilon", "max_grad_norm",
                                          "rms_initial_scale"),
-                     unit_interval=("rms_decay",), choices=(("optimizer", self.OPTIMIZERS),))
+                     unit_interval=("rms_decay",), choices=(("optimizer", self.OPTIMIZERS),),
+                     finite=("learning_rate", "optimizer_epsilon", "rms_initial_scale"))
 
 
 @dataclasses.dataclass(frozen=True)

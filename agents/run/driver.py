@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 from agents.run import checkpoint
+from agents.run.divergence import Diverged
 from agents.run.evaluation import Evaluator
 from agents.run.interrupts import GUARD
 from agents.run.logger import MetricsError, MetricsLogger, plot_learning_curve
@@ -47,6 +48,7 @@ class Driver:
         self.budget = config.total_env_steps if env_step_budget is None else env_step_budget
         self.eval_history: list[dict] = []
         self._last_eval = float("nan")
+        self._diverged: str | None = None  # a save that found the state non-finite
 
     def run(self, runner: ThreadRunner) -> dict:
         """Runs until a stop condition; returns the run's summary (the counters, `wall_s` of
@@ -67,6 +69,8 @@ class Driver:
                     if not self._save("periodic") and config.checkpoint_failure == "stop":
                         self.print("stopping: checkpoint_failure=stop")
                         break
+                    if self._diverged:
+                        break
         except MetricsError:  # a full disk: stop as for a thread's failure, raised after the save
             pass
         except KeyboardInterrupt:  # no guard installed (a notebook): Ctrl-C lands here
@@ -81,7 +85,10 @@ class Driver:
             self._report(logger, start, last)
         except MetricsError:
             pass  # raised below, after the final save
-        path = self._save("final")
+        # A learner that went non-finite says at which update; nothing is saved from it.
+        diverged = getattr(self.learner, "diverged", None) or self._diverged
+        path = self._save("final") if diverged is None else None
+        diverged = diverged or self._diverged
         GUARD.idle()
         if logger is not None:
             logger.close()
@@ -90,6 +97,8 @@ class Driver:
                 raise MetricsError(f"{logger.failed}; the run stopped ({saved}); free space, "
                                    "then --resume") from logger.failed
             plot_learning_curve(config.run_dir, target=config.solved_return)
+        if diverged:
+            raise Diverged(self._diverged_message(diverged))
         summary = dict(self.stats.snapshot(), updates=self.learner.updates,
                        solved=self.evaluator.solved.is_set(),
                        interrupted=self.interrupted_by is not None,
@@ -106,11 +115,27 @@ class Driver:
         self.interrupted_by = name
         runner.stop_event.set()
 
+    def _diverged_message(self, what: str) -> str:
+        """The one line a diverged run ends with: what went non-finite, at which update, the
+        checkpoint kept and what to do."""
+        newest = checkpoint.latest_checkpoint(os.path.join(self.config.run_dir, "checkpoints"))
+        rate = getattr(self.config, "learning_rate", None)
+        lower = f"lower --learning_rate (now {rate:g})" if rate is not None else "fix the cause"
+        if newest is None:
+            return (f"training diverged: {what}; no finite checkpoint was written: {lower} "
+                    "and start again")
+        return (f"training diverged: {what}; nothing non-finite was saved, and the newest "
+                f"finite checkpoint, {newest}, is kept: {lower} and --resume from it")
+
     def _save(self, kind: str) -> str | None:
         """Writes a checkpoint; on an OSError (a full disk, a vanished folder) prints what
-        failed and which checkpoint is still the newest, and returns None."""
+        failed and which checkpoint is still the newest, and returns None. A state that is
+        not finite (`Diverged`) is not saved: the run is stopped, and None returned."""
         try:
             return self.save()
+        except Diverged as e:
+            self._diverged = self._diverged or str(e)
+            return None
         except OSError as e:
             newest = checkpoint.latest_checkpoint(os.path.join(self.config.run_dir,
                                                                "checkpoints"))

@@ -5,7 +5,8 @@ Every way a run can end is an exit status with a message, never an abort:
   1    a usage error, printed alone before anything starts (an invalid flag value, an unknown
        env, a device that does not exist, an unusable run_dir, a resume whose checkpoint does
        not fit the config); or a failure in any thread, printed with that thread's traceback;
-       or a final checkpoint that could not be written;
+       or a final checkpoint that could not be written; or training that diverged (a loss
+       or parameters no longer finite: one line, the newest finite checkpoint kept);
   2    unknown flags or stray arguments (absl's usage error);
   130  stopped by Ctrl-C or SIGTERM: with a final checkpoint once training started, before
        that with nothing to save; a signal after the final checkpoint changes nothing
@@ -20,6 +21,7 @@ from typing import Callable
 
 from agents.run.checkpoint import CheckpointError, CheckpointMismatch
 from agents.run.config_groups import MultiProcessConfig
+from agents.run.divergence import Diverged
 from agents.run.flags import config_from_flags, define_flags
 from agents.run.interrupts import GUARD, LOADING, STARTING
 from agents.run.logger import MetricsError
@@ -27,7 +29,8 @@ from agents.run.run_folder import UsageError
 from agents.run.waits import ConnectTimeout
 
 # What a user can cause and fix; anything else is a bug and keeps its traceback.
-_USAGE_ERRORS = (UsageError, CheckpointError, CheckpointMismatch, ConnectTimeout, MetricsError)
+_USAGE_ERRORS = (UsageError, CheckpointError, CheckpointMismatch, ConnectTimeout, MetricsError,
+                 Diverged)
 
 
 def _exit(code: int) -> None:

@@ -152,3 +152,41 @@ def plot_learning_curve(run_dir: str, x: str = "env_steps", y: str = "mean_retur
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def truncate_metrics(run_dir: str, step: int, groups: tuple[str, ...] = ("train", "eval")) -> int:
+    """Removes the rows with `step` > `step` from each `<run_dir>/<group>.csv`; returns how many.
+
+    A resumed run continues from its checkpoint's step, so rows written after that checkpoint
+    (before a crash, or by a stretch whose checkpoint was damaged and moved aside) belong to
+    training that is discarded; kept, they would interleave with the new rows (steps going
+    2726 then 1645) and the curve would zig-zag. Each file is rewritten whole into a temporary
+    and renamed over the original, so a crash leaves either the old or the new file.
+    """
+    removed = 0
+    for group in groups:
+        path = os.path.join(run_dir, f"{group}.csv")
+        if not os.path.isfile(path):
+            continue
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            rows, fields = list(reader), list(reader.fieldnames or [])
+        kept = [row for row in rows if not _after(row.get("step"), step)]
+        if len(kept) == len(rows):
+            continue
+        if os.path.lexists(path + ".tmp") and not os.path.islink(path + ".tmp"):
+            os.remove(path + ".tmp")  # the run's own, left by a crash mid-rewrite
+        with open(path + ".tmp", "x", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(kept)
+        os.replace(path + ".tmp", path)
+        removed += len(rows) - len(kept)
+    return removed
+
+
+def _after(value: str | None, step: int) -> bool:
+    try:
+        return float(value) > step
+    except (TypeError, ValueError):  # a damaged row: not one of the discarded stretch's
+        return False

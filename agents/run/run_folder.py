@@ -198,7 +198,14 @@ def prepare_run_folder(config: Any, print_fn: Callable = print, chief: bool = Tr
             _move_previous_run(run_dir, ckpt_dir, print_fn)
             _append_history(run_dir, config, None, {})
         return None
+    found = checkpoint.list_checkpoints(ckpt_dir)
     path = checkpoint.find_resumable(ckpt_dir, print_fn, move_aside=chief)
+    if path is None and found:  # every checkpoint was damaged: training from 0 is no resume
+        raise UsageError(
+            f"--resume: no complete checkpoint is left in {ckpt_dir}: "
+            f"{', '.join(os.path.basename(p) for p in found)} failed verification (moved aside "
+            "as .corrupt); nothing was started. Restore a checkpoint there, or start a new run "
+            "without --resume (this folder's run is then moved to previous/)")
     if path is None:
         print_fn(f"--resume: no complete checkpoint in {ckpt_dir}; starting a new run")
         if chief:

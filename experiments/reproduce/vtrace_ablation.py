@@ -89,19 +89,33 @@ def run_config(base: ImpalaConfig, correction: str, lag: int, seed: int,
         run_dir=os.path.join(FLAGS.out_dir, cell_name(correction, lag, lr), f"seed_{seed}"))
 
 
-DIAGNOSTICS = ("policy_lag_run_mean", "policy_lag_max", "behaviour_kl", "trace_product", "rho")
+DIAGNOSTICS = ("policy_lag_run_mean", "policy_lag_max", "behaviour_kl", "trace_product", "rho",
+               "max_behaviour_kl", "min_entropy", "collapsed")
 
 
 def run_diagnostics(run_dir: str) -> dict[str, float]:
-    """A run's policy lag over every step it trained on (the learner's `policy_lag_run_mean`
-    in its last train.csv row), and the means over its rows of the largest lag, KL(mu || pi),
-    V-trace's trace product over an unroll and the mean ratio (each row one batch's)."""
+    """What a run's train.csv rows (one batch's metrics each) say about its lag and its course:
+
+    * policy_lag_run_mean: the lag of every step it trained on (the learner's histogram, in
+      its last row), not one batch's;
+    * policy_lag_max, behaviour_kl (KL(mu || pi)), trace_product (V-trace's prod of c over an
+      unroll, `agents.impala.losses`), rho: means over the rows;
+    * max_behaviour_kl, min_entropy: the largest gap and the least policy entropy seen;
+    * collapsed: 1.0 if its training return ended below half of its best, else 0.0.
+    """
     rows = read_metrics(run_dir, "train")
+    columns = ("policy_lag_run_mean", "policy_lag_max", "behaviour_kl", "trace_product", "rho",
+               "entropy", "episode_return")
     values = {key: [r[key] for r in rows if math.isfinite(r.get(key, math.nan))]
-              for key in DIAGNOSTICS}  # a row before the first batch has NaN
-    out = {key: float(np.mean(v)) if v else math.nan for key, v in values.items()}
-    lags = values["policy_lag_run_mean"]
-    out["policy_lag_run_mean"] = lags[-1] if lags else math.nan
+              for key in columns}  # a row before the first batch has NaN
+    out = {key: float(np.mean(values[key])) if values[key] else math.nan
+           for key in columns[1:5]}
+    last = lambda key: values[key][-1] if values[key] else math.nan  # noqa: E731
+    out["policy_lag_run_mean"] = last("policy_lag_run_mean")
+    out["max_behaviour_kl"] = max(values["behaviour_kl"], default=math.nan)
+    out["min_entropy"] = min(values["entropy"], default=math.nan)
+    returns = values["episode_return"]
+    out["collapsed"] = float(bool(returns) and returns[-1] < 0.5 * max(returns))
     return out
 
 
@@ -127,14 +141,17 @@ def summarize(results: dict, corrections, lags, lrs) -> tuple[str, dict]:
                 cells[cell_name(correction, lag, lr)] = dict(
                     final=est["final"]["iqm"], auc=est["auc"]["iqm"], seeds=len(runs),
                     per_seed=scores.tolist(), **diag)
+                collapsed = int(sum(r["collapsed"] for r in runs))
                 rows.append([lag, correction] + ([f"{lr:g}"] if lr is not None else [])
                             + [f"{diag['policy_lag_run_mean']:.1f}",
                                f"{diag['behaviour_kl']:.3f}", f"{diag['trace_product']:.3f}",
+                               f"{diag['min_entropy']:.2f}", f"{collapsed}/{len(runs)}",
                                len(runs),
                                aggregates.format_estimate(est["final"]["iqm"]),
                                aggregates.format_estimate(est["auc"]["iqm"])])
     header = (["K", "correction"] + (["learning rate"] if lrs != [None] else [])
-              + ["lag (updates, run mean)", "KL(mu||pi)", "trace product", "seeds",
+              + ["lag (updates, run mean)", "KL(mu||pi)", "trace product", "least entropy",
+                 "collapsed", "seeds",
                  "final return IQM [95% CI]", "AUC IQM [95% CI]"])
     return aggregates.markdown_table(header, rows), cells
 

@@ -133,3 +133,38 @@ def processes_mentioning(text: str) -> list[int]:
         except OSError:
             pass  # ended meanwhile
     return found
+
+
+# --- divergence and damaged records ---
+
+def poison_checkpoint(path: str, value: float = float("nan")) -> None:
+    """Writes `value` into the first float parameter of checkpoint `path` and a manifest that
+    matches, as a run that diverged before a save would have left it: complete, but not finite."""
+    import flax.serialization
+    import numpy as np
+
+    from agents.run import checkpoint
+
+    learner = os.path.join(path, "learner.msgpack")
+    with open(learner, "rb") as f:
+        state = flax.serialization.msgpack_restore(f.read())
+    _poison_first(state["params"], value)
+    with open(learner, "wb") as f:
+        f.write(flax.serialization.msgpack_serialize(state))
+    os.remove(os.path.join(path, checkpoint.MANIFEST))
+    checkpoint._write_manifest(path)
+
+
+def _poison_first(tree: dict, value: float) -> bool:
+    """Sets the first element of the first float array in `tree` (nested dicts) to `value`."""
+    import numpy as np
+
+    for key, leaf in tree.items():
+        if isinstance(leaf, dict):
+            if _poison_first(leaf, value):
+                return True
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
+            tree[key] = leaf.copy()  # msgpack's arrays are read-only
+            tree[key].reshape(-1)[0] = value
+            return True
+    return False
