@@ -128,7 +128,7 @@ def load(agent: str, path: str) -> TrainedAgent:
         raise ValueError(f"agent must be one of {tuple(AGENTS)}, got {agent!r}")
     config_cls, make_network, _ = AGENTS[agent]
     checkpoint.verify(path)
-    meta = checkpoint.read_meta(path)
+    meta = checkpoint.read_run_meta(path)
     config = config_from_saved(config_cls, meta["config"])
     info = env_info(actor_env_settings(config, 0))
     network = make_network(config, info)

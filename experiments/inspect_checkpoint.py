@@ -8,13 +8,21 @@ dense units that never fire (dead ReLUs from too-large early steps show here), h
 policy's logits vary between states, the policy's entropy (uniform over A actions is log A), the
 value's mean and spread, and the greedy actions. A policy still at uniform with a value that has
 learned the return's scale points to a weak policy-gradient signal, not a broken network.
+Any torso: the conv torsos' dense layer, or the last layer of the mlp torso (CartPole).
+
+It reads IMPALA runs (policy and value); a run folder of Ape-X, with no checkpoint, or with
+only damaged ones ends with one `error:` line and exit status 1.
 """
+
+import dataclasses
+import re
 
 import jax
 import numpy as np
 from absl import app, flags
 
 from agents import trained
+from agents.apex.config import ApexConfig
 from agents.impala.config import ImpalaConfig
 from agents.run import checkpoint
 from agents.run.envs import actor_env_settings, make_env
@@ -24,10 +32,23 @@ define_flags(ImpalaConfig)
 flags.DEFINE_integer("random_steps", 400, "random steps played to collect frames")
 
 
+# Config fields only Ape-X's has: a checkpoint whose config records them is an Ape-X run's.
+APEX_ONLY = sorted({f.name for f in dataclasses.fields(ApexConfig)}
+                   - {f.name for f in dataclasses.fields(ImpalaConfig)})
+
+
+def last_dense(torso: dict) -> np.ndarray:
+    """The torso's last dense layer before its ReLU, `[N, hidden]`: `dense` in the conv
+    torsos, the highest `dense_<i>` in the mlp torso."""
+    layers = sorted((int(m.group(1) or -1), name) for name in torso
+                    if (m := re.match(r"^dense(?:_(\d+))?$", name)))
+    return np.asarray(torso[layers[-1][1]]["__call__"][0])
+
+
 def summary(network, params, frames: np.ndarray) -> str:
     (logits, values), state = network.apply(params, frames, capture_intermediates=True)
     torso = next(v for k, v in state["intermediates"].items() if k.endswith("Torso_0"))
-    dense = np.asarray(torso["dense"]["__call__"][0])  # [N, hidden] before the ReLU
+    dense = last_dense(torso)  # [N, hidden] before the ReLU
     logits, values = np.asarray(logits), np.asarray(values)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
@@ -39,12 +60,31 @@ def summary(network, params, frames: np.ndarray) -> str:
             f"{values.std():.3f} | greedy actions {greedy.tolist()}")
 
 
+def load(run_dir: str) -> tuple[str, trained.TrainedAgent]:
+    """(path, agent) of the newest complete checkpoint of the IMPALA run in `run_dir`; exits
+    with one `error:` line for anything else."""
+    directory, damaged = f"{run_dir}/checkpoints", []
+    path = checkpoint.find_resumable(directory, damaged.append, move_aside=False)
+    for note in damaged if path is not None else []:
+        print(note)
+    if path is None:
+        found = "; ".join(damaged) or "no checkpoint there"
+        raise SystemExit(f"error: no complete checkpoint in {directory}: {found}")
+    try:
+        saved = checkpoint.read_run_meta(path)["config"]
+        if apex_fields := [name for name in APEX_ONLY if name in saved]:
+            raise SystemExit(
+                f"error: {path} is an Ape-X checkpoint (its config has {apex_fields[0]}); "
+                "inspect_checkpoint.py reads IMPALA runs (a policy and a value); load an Ape-X "
+                "one with agents.trained.load('apex', path)")
+        return path, trained.load("impala", path)
+    except (checkpoint.CheckpointError, checkpoint.CheckpointMismatch, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
+
+
 def main(argv):
     config = config_from_flags(ImpalaConfig)
-    path = checkpoint.find_resumable(f"{config.run_dir}/checkpoints", print, move_aside=False)
-    if path is None:
-        raise SystemExit(f"error: no checkpoint in {config.run_dir}/checkpoints")
-    agent = trained.load("impala", path)
+    path, agent = load(config.run_dir)
     info, network = agent.info, agent.network
     fresh = network.init(jax.random.PRNGKey(0), np.zeros((1,) + info.obs_shape, info.obs_dtype))
     env = make_env(actor_env_settings(agent.config, 0).for_evaluation(8))

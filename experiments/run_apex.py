@@ -16,9 +16,9 @@ from absl import app  # noqa: E402
 
 from agents.apex.agent import ApexAgent  # noqa: E402
 from agents.apex.config import ApexConfig  # noqa: E402
-from agents.run.launch import make_main  # noqa: E402
+from agents.run.launch import make_main, parse_flags  # noqa: E402
 
 main = make_main(ApexConfig, ApexAgent)
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -376,7 +376,9 @@ class PrioritizedReplay:
         Atari replay would double its many gigabytes of memory. Adds and samples wait meanwhile.
         """
         tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f, self._lock:
+        # O_NOFOLLOW: a link planted under the temporary's name is refused, not written through.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with open(fd, "wb") as f, self._lock:
             np.savez(f, **self._live_state())
         os.replace(tmp, path)
 

@@ -18,6 +18,7 @@ from agents.run.stats import RunStats
 
 def make_network(config: ApexConfig, info: EnvInfo) -> QNetwork:
     """The Q-network for `info`'s observations and actions."""
+    config.check_torso_fits(info)  # a ValueError naming --torso, not the torso's own
     torso_kwargs = config.torso_kwargs()
     if config.torso != "mlp" and config.dueling and config.head_hidden_sizes:
         # With dueling streams of their own the torso ends at the convs, as in Wang et al. 2016.

@@ -170,7 +170,9 @@ class ShardedReplay:
         time, atomically (temporary file, then rename), with every priority sent so far."""
         self.flush()
         tmp = f"{path}.tmp"
-        with zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
+        # O_NOFOLLOW: a link planted under the temporary's name is refused, not written through.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with open(fd, "wb") as file, zipfile.ZipFile(file, "w", allowZip64=True) as archive:
             arrays = {"num_shards": np.int64(len(self.shards))}
             for k, shard in enumerate(self.shards):
                 arrays.update({f"shard{k}/{name}": array for name, array in

@@ -19,6 +19,7 @@ from agents.run.stats import RunStats
 
 def make_network(config: ImpalaConfig, info: EnvInfo) -> PolicyValueNetwork:
     """The policy-value network for `info`'s observations and actions."""
+    config.check_torso_fits(info)  # a ValueError naming --torso, not the torso's own
     return PolicyValueNetwork(info.num_actions, config.torso,
                               tuple(config.torso_kwargs().items()),
                               stack_axis_first=info.channels_first)

@@ -13,6 +13,9 @@ checkpoint is never deleted. On resume, `find_resumable` takes the newest comple
 a newer one that fails its manifest is moved aside (`step_<N>.corrupt`) with a message naming
 the file, and kept for inspection.
 
+Every file and folder a save writes goes through `agents.run.files`: a link planted under a
+name it writes (`checkpoints`, `step_<N>.tmp`) is refused, never followed.
+
 The same rules as orbax-checkpoint's `CheckpointManager` (atomic finalize, cleanup of partial
 saves, keep-N); `benchmarks/bench_checkpoint.py` measures both formats on an Atari replay.
 """
@@ -28,6 +31,7 @@ from typing import Any, Callable
 import flax.serialization
 import jax
 
+from agents.run import files as files_module
 from agents.run.divergence import Diverged, nonfinite_leaves
 
 MANIFEST = "manifest.json"
@@ -77,11 +81,11 @@ def _sha256(path: str) -> str:
 
 
 def _write_manifest(folder: str) -> None:
-    files = {name: dict(bytes=os.path.getsize(os.path.join(folder, name)),
+    table = {name: dict(bytes=os.path.getsize(os.path.join(folder, name)),
                         sha256=_sha256(os.path.join(folder, name)))
              for name in sorted(os.listdir(folder)) if name != MANIFEST}
-    with open(os.path.join(folder, MANIFEST), "w") as f:
-        json.dump(dict(files=files), f, indent=2, sort_keys=True)
+    with files_module.open_file(os.path.join(folder, MANIFEST), "x") as f:
+        json.dump(dict(files=table), f, indent=2, sort_keys=True)
 
 
 def verify(path: str, checksums: bool = True) -> dict:
@@ -96,13 +100,13 @@ def verify(path: str, checksums: bool = True) -> dict:
     """
     try:
         with open(os.path.join(path, MANIFEST)) as f:
-            files = json.load(f)["files"]
+            files = _file_table(json.load(f))
     except FileNotFoundError:
         if _is_legacy(path):
             return {name: dict(bytes=os.path.getsize(os.path.join(path, name)))
                     for name in sorted(os.listdir(path))}
         raise CheckpointError(f"{path}: {MANIFEST} is missing (the save did not finish)") from None
-    except (ValueError, KeyError, TypeError, OSError) as e:
+    except (ValueError, OSError) as e:
         raise CheckpointError(f"{path}: {MANIFEST} is unreadable ({e})") from None
     for name, entry in sorted(files.items()):
         file = os.path.join(path, name)
@@ -114,6 +118,25 @@ def verify(path: str, checksums: bool = True) -> dict:
                                   f"{entry['bytes']:,} (truncated or replaced)")
         if checksums and _sha256(file) != entry["sha256"]:
             raise CheckpointError(f"{path}: {name} does not match its checksum (corrupt)")
+    return files
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _file_table(manifest: object) -> dict:
+    """The `files` table of a parsed manifest; a ValueError saying what is wrong with it (a
+    damaged or hand-edited manifest must read as a damaged checkpoint, not crash the reader)."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        raise ValueError('not an object with a "files" table')
+    for name, entry in files.items():
+        if name in (MANIFEST, "", ".", "..") or "/" in name or "\\" in name:
+            raise ValueError(f"names {name!r}, not a file of the checkpoint's folder")
+        if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int)
+                and entry["bytes"] >= 0 and _SHA256.match(str(entry.get("sha256")))):
+            raise ValueError(f"its entry for {name} is not {{bytes: <size>, sha256: <64 hex "
+                             f"digits>}}: {str(entry)[:100]}")
     return files
 
 
@@ -154,15 +177,15 @@ def save_checkpoint(directory: str, step: int, learner_state: Any, meta: dict,
     if bad:
         raise Diverged(f"the learner state holds non-finite values ({_names(bad)}) at update "
                        f"{step:,}")
-    os.makedirs(directory, exist_ok=True)
+    files_module.real_folder(directory, create=True)
     final = os.path.join(directory, f"step_{step:012d}")
     tmp, replaced = final + ".tmp", final + ".old"
-    shutil.rmtree(tmp, ignore_errors=True)
+    files_module.remove_tree(tmp)
     try:
-        os.makedirs(tmp)
-        with open(os.path.join(tmp, "learner.msgpack"), "wb") as f:
+        os.mkdir(tmp)  # new: whatever is written in it is the run's own
+        with files_module.open_file(os.path.join(tmp, "learner.msgpack"), "xb") as f:
             f.write(flax.serialization.to_bytes(learner_state))
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
+        with files_module.open_file(os.path.join(tmp, "meta.json"), "x") as f:
             json.dump(dict(meta, format=FORMAT), f, indent=2, sort_keys=True)
         if replay is not None:
             replay.save(os.path.join(tmp, "replay.npz"))
@@ -253,12 +276,36 @@ def find_resumable(directory: str, print_fn: Callable = print,
 
 
 def read_meta(path: str) -> dict:
-    """The `meta.json` of checkpoint `path` (counters, config, updates)."""
+    """The `meta.json` of checkpoint `path`: a JSON object (a run's: `read_run_meta`)."""
     try:
         with open(os.path.join(path, "meta.json")) as f:
-            return json.load(f)
+            meta = json.load(f)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path}: meta.json is unreadable ({e})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: meta.json holds {type(meta).__name__}, not an object")
+    return meta
+
+
+_KIND = {dict: "object", int: "integer"}
+
+
+def read_run_meta(path: str) -> dict:
+    """The `meta.json` of a run's checkpoint (`save_run`), checked to hold what restoring it
+    reads: `config` and `counters` objects (`env_steps` among the counters) and `updates`.
+
+    Raises:
+      CheckpointError: naming the file and the entry missing or of the wrong type.
+    """
+    meta = read_meta(path)
+    for key, kind in (("config", dict), ("counters", dict), ("updates", int)):
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            raise CheckpointError(f"{path}: meta.json has no {key} {_KIND[kind]} (got "
+                                  f"{str(meta.get(key))[:60]}); a run's checkpoint records its "
+                                  "config, counters and updates")
+    if not isinstance(meta["counters"].get("env_steps"), int):
+        raise CheckpointError(f"{path}: meta.json's counters have no integer env_steps")
+    return meta
 
 
 def restore_checkpoint(path: str, learner_template: Any, replay: Any = None,

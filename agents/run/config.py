@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import ClassVar
 
-from agents.run.envs import actor_env_settings
+from agents.run.envs import actor_env_settings, env_info
 
 CHECKPOINT_FAILURES = ("retry", "stop")
 
@@ -138,8 +138,11 @@ class RunConfig:
 
     def check_host(self) -> None:
         """Raises a ValueError naming the flag for what depends on this host, not on the values
-        alone: the env id must be one envpool has, the device indices must exist."""
-        actor_env_settings(self, 0)
+        alone: the env id must be one envpool has, the network's torso must read its
+        observations, the device indices must exist."""
+        settings = actor_env_settings(self, 0)
+        if hasattr(self, "check_torso_fits"):  # an agent's config (`NetworkConfig`)
+            self.check_torso_fits(env_info(settings))
         self.devices()
 
     def devices(self) -> tuple[list, list]:

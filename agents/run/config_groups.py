@@ -48,6 +48,18 @@ class NetworkConfig:
             return
         networks.make_torso(self.torso, **self.torso_kwargs())
 
+    def check_torso_fits(self, info) -> None:
+        """Raises a ValueError naming --torso if the torso cannot read the env's observations
+        (`info`, an `envs.EnvInfo`): mlp reads vectors, the conv torsos read frame stacks."""
+        frames = len(info.obs_shape) == 3
+        if frames if self.torso != "mlp" else len(info.obs_shape) == 1:
+            return
+        gives = "frame stacks" if frames else f"observations of shape {tuple(info.obs_shape)}"
+        reads = "vectors" if self.torso == "mlp" else "frame stacks"
+        fits = "nature, impala_shallow or impala_resnet" if frames else "mlp"
+        raise ValueError(f"--torso={self.torso} does not fit this env: it gives {gives}, and "
+                         f"torso={self.torso} reads {reads}; use --torso={fits}")
+
     def torso_kwargs(self) -> dict:
         """The keyword arguments of `networks.make_torso(self.torso, ...)`."""
         if self.torso == "mlp":

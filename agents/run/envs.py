@@ -232,6 +232,28 @@ def make_env(settings: EnvSettings):
     return envpool.make(settings.env_id, env_type="gymnasium", **settings.envpool_kwargs())
 
 
+# The config fields that only envpool's Atari envs read (`envpool_kwargs`); another env would
+# silently ignore them.
+ATARI_ONLY = ("episodic_life", "reward_clip", "noop_max", "repeat_action_probability",
+              "max_episode_frames")
+
+
+def check_atari_only(config: Any) -> None:
+    """Raises a ValueError naming the flags if a config for an env that is not Atari sets any
+    `ATARI_ONLY` field away from its default: the run would ignore it without a word."""
+    if is_atari(config.env):
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(EnvSettings)}
+    changed = [f"--{name}={getattr(config, name)}" for name in ATARI_ONLY
+               if getattr(config, name) != defaults[name]]
+    if changed:
+        raise ValueError(
+            f"{' '.join(changed)}: Atari-only, and env {config.env} is not an Atari game: the "
+            f"run would ignore it. Leave it out (Atari-only: "
+            f"{', '.join('--' + name for name in ATARI_ONLY)}; --max_episode_steps caps the "
+            "episodes of other envs)")
+
+
 def actor_env_settings(config: Any, actor_id: int, restart: int = 0) -> EnvSettings:
     """The envs of one actor of an agent config (Ape-X's or IMPALA's), seeded with the actor's
     own block of env seeds (`agents.run.seeds`).
@@ -242,14 +264,20 @@ def actor_env_settings(config: Any, actor_id: int, restart: int = 0) -> EnvSetti
         repeat_action_probability and max_episode_frames.
       actor_id: the actor's index in the whole run.
       restart: how often this actor was restarted (a restarted actor gets fresh envs).
+
+    Raises:
+      ValueError: an env envpool does not have, an invalid setting, or an Atari-only setting
+        changed for an env that is not Atari (`check_atari_only`).
     """
-    return EnvSettings(
+    settings = EnvSettings(
         env_id=config.env, num_envs=config.envs_per_actor, batch_size=config.actor_batch_size,
         seed=run_seeds(config).actor_envs_seed(actor_id, restart),
         max_episode_steps=config.max_episode_steps or None, episodic_life=config.episodic_life,
         reward_clip=config.reward_clip, noop_max=config.noop_max,
         repeat_action_probability=config.repeat_action_probability,
         max_episode_frames=config.max_episode_frames)
+    check_atari_only(config)  # after EnvSettings: an unknown env id is reported as such
+    return settings
 
 
 def eval_env_settings(config: Any) -> EnvSettings:

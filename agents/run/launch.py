@@ -7,7 +7,7 @@ Every way a run can end is an exit status with a message, never an abort:
        not fit the config); or a failure in any thread, printed with that thread's traceback;
        or a final checkpoint that could not be written; or training that diverged (a loss
        or parameters no longer finite: one line, the newest finite checkpoint kept);
-  2    unknown flags or stray arguments (absl's usage error);
+  2    unknown flags or stray arguments (`parse_flags`, given to `app.run` by the launchers);
   130  stopped by Ctrl-C or SIGTERM: with a final checkpoint once training started, before
        that with nothing to save; a signal after the final checkpoint changes nothing
        (`agents.run.interrupts`).
@@ -20,8 +20,11 @@ import traceback
 from typing import Callable
 
 from agents.run.checkpoint import CheckpointError, CheckpointMismatch
+from absl import flags
+
 from agents.run.config_groups import MultiProcessConfig
 from agents.run.divergence import Diverged
+from agents.run.files import UnsafePath
 from agents.run.flags import config_from_flags, define_flags
 from agents.run.interrupts import GUARD, LOADING, STARTING
 from agents.run.logger import MetricsError
@@ -30,7 +33,7 @@ from agents.run.waits import ConnectTimeout
 
 # What a user can cause and fix; anything else is a bug and keeps its traceback.
 _USAGE_ERRORS = (UsageError, CheckpointError, CheckpointMismatch, ConnectTimeout, MetricsError,
-                 Diverged)
+                 UnsafePath, Diverged)
 
 
 def _exit(code: int) -> None:
@@ -41,6 +44,21 @@ def _exit(code: int) -> None:
     if threading.active_count() > 1:
         os._exit(code)
     sys.exit(code)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing (`app.run(main, flags_parser=parse_flags)`) with this module's exit
+    statuses: an unknown flag is 2, a value absl cannot parse 1, each with one `error:` line
+    (absl's own parser exits 1 for both, after a `FATAL` line)."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.UnrecognizedFlagError as e:
+        message = " ".join(str(e).split())
+        print(f"error: {message} (--helpfull lists the flags)", file=sys.stderr)
+        sys.exit(2)
+    except flags.Error as e:
+        print(f"error: invalid flag value: {' '.join(str(e).split())}", file=sys.stderr)
+        sys.exit(1)
 
 
 def make_main(config_cls: type, agent_cls: type) -> Callable[[list[str]], int]:

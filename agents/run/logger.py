@@ -1,13 +1,17 @@
 """Metrics for researchers: CSV files, TensorBoard events, and a learning-curve PNG.
 
 Every write happens in the caller's thread (the driver's), so a failure (a full disk) raises
-there as `MetricsError` and the run stops with it, like a failure of any thread.
+there as `MetricsError` and the run stops with it, like a failure of any thread. Every file is
+opened through `agents.run.files`: a link planted under a name written here is refused.
 """
 
 import csv
 import math
 import os
+import secrets
 import time
+
+from agents.run import files
 
 
 class MetricsError(OSError):
@@ -28,9 +32,12 @@ class TensorBoardFile:
         from tensorboardX.proto import event_pb2
         from tensorboardX.summary import scalar
 
-        os.makedirs(logdir, exist_ok=True)
+        files.real_folder(logdir, create=True)
         self._event, self._scalar = event_pb2.Event, scalar
-        self._file = EventsWriter(os.path.join(logdir, "events"))
+        # tensorboardX opens the file with a plain open(): a name no one can guess beforehand
+        # keeps a link from being planted under it (`files.check_run_dir` refuses older ones).
+        self._file = EventsWriter(os.path.join(logdir, "events"),
+                                  filename_suffix=f".{secrets.token_hex(8)}")
 
     def add_scalars(self, prefix: str, step: int, values: dict[str, float]) -> None:
         """Writes `prefix/<key>` for each finite value at `step`, then flushes."""
@@ -90,17 +97,19 @@ class MetricsLogger:
         if group in self._files:
             self._files.pop(group).close()
         rows, fields = [], []
-        if os.path.exists(path):
-            with open(path, newline="") as f:
+        if os.path.lexists(path):
+            with files.open_file(path, "r", newline="") as f:
                 reader = csv.DictReader(f)
                 rows, fields = list(reader), list(reader.fieldnames or [])
         fields += [k for k in keys if k not in fields]
-        with open(path + ".tmp", "w", newline="") as f:
+        if os.path.lexists(path + ".tmp") and not os.path.islink(path + ".tmp"):
+            os.remove(path + ".tmp")  # the run's own, left by a crash mid-rewrite
+        with files.open_file(path + ".tmp", "x", newline="") as f:
             rewrite = csv.DictWriter(f, fieldnames=fields)
             rewrite.writeheader()
             rewrite.writerows(rows)
         os.replace(path + ".tmp", path)
-        self._files[group] = open(path, "a", newline="")
+        self._files[group] = files.open_file(path, "a", newline="")
         self._writers[group] = csv.DictWriter(self._files[group], fieldnames=fields)
         return self._writers[group]
 
@@ -149,7 +158,7 @@ def plot_learning_curve(run_dir: str, x: str = "env_steps", y: str = "mean_retur
     ax.grid(alpha=0.3)
     out = os.path.join(run_dir, "learning_curve.png")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    files.save_figure(fig, out, dpi=100)
     plt.close(fig)
     return out
 

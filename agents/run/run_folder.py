@@ -4,8 +4,9 @@
 thread or cluster: the lock keeps a second run out of a folder in use, and `prepare_run_folder`
 makes sure `run_dir` is a writable folder, removes the run's own partial saves, chooses the
 checkpoint a resumed run continues from, refuses a config that no longer fits that checkpoint,
-and records every start's config. Whatever goes wrong here is a `UsageError`: the launcher
-prints its message alone and exits 1.
+and records every start's config. Whatever goes wrong here is a `UsageError` (or, for a link
+planted under a name the run writes, `files.UnsafePath`): the launcher prints its message alone
+and exits 1. Every file here is written through `agents.run.files`.
 
 Files it keeps in `run_dir`:
   .lock                  the lock of the run using the folder (its pid and host, for the message
@@ -15,6 +16,9 @@ Files it keeps in `run_dir`:
                          the whole config;
   previous/<time>/       a finished or stopped run found in run_dir when a new one (not
                          `--resume`) starts there, moved aside whole: nothing is overwritten.
+                         Only a run of this project is moved (it has `config_history.jsonl`
+                         or checkpoints); a folder holding anything else's `config.json` is
+                         refused.
 """
 
 import dataclasses
@@ -28,7 +32,7 @@ import socket
 import tempfile
 from typing import Any, Callable
 
-from agents.run import checkpoint
+from agents.run import checkpoint, files
 
 
 class UsageError(ValueError):
@@ -60,6 +64,24 @@ def _check_writable(run_dir: str) -> None:
     except OSError as e:
         raise UsageError(f"run_dir {run_dir!r} cannot be created or written: "
                          f"{e.strerror or e}") from None
+    files.check_run_dir(run_dir)  # before anything is written there
+    _refuse_foreign(run_dir)
+
+
+HISTORY = "config_history.jsonl"
+
+
+def _refuse_foreign(run_dir: str) -> None:
+    """A `config.json` without this project's history or checkpoints next to it is someone
+    else's: a new run would move it (and all else there) to previous/, a resume would overwrite
+    it. The folder is refused instead."""
+    if (os.path.exists(os.path.join(run_dir, "config.json"))
+            and not os.path.exists(os.path.join(run_dir, HISTORY))
+            and not checkpoint.list_checkpoints(os.path.join(run_dir, "checkpoints"))):
+        raise UsageError(
+            f"run_dir {run_dir!r} holds a config.json but no {HISTORY} or checkpoints/: it is "
+            "not a run folder of these agents, and a run would move or overwrite what is in it. "
+            "Choose another --run_dir (a new or empty folder)")
 
 
 LOCK_FILE = ".lock"
@@ -88,7 +110,7 @@ class RunFolderLock:
     def __init__(self, run_dir: str, print_fn: Callable = print) -> None:
         _check_writable(run_dir)
         path = os.path.join(run_dir, LOCK_FILE)
-        self._file = open(path, "a+")
+        self._file = files.open_file(path, "a+")
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -142,13 +164,14 @@ def _describe(changes: dict) -> str:
 
 def _move_previous_run(run_dir: str, ckpt_dir: str, print_fn: Callable) -> None:
     """A new run in a folder holding another run (its config or checkpoints) moves that run
-    aside whole."""
+    aside whole (a foreign `config.json` was refused by `_check_writable`)."""
     if not (os.path.exists(os.path.join(run_dir, "config.json"))
             or checkpoint.list_checkpoints(ckpt_dir)):
         return
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    target = os.path.join(run_dir, "previous", stamp)
-    os.makedirs(target)
+    target = os.path.join(files.real_folder(os.path.join(run_dir, "previous"), create=True),
+                          stamp)
+    os.mkdir(target)
     for name in os.listdir(run_dir):
         if name not in ("previous", LOCK_FILE):  # the lock stays with the folder it guards
             os.rename(os.path.join(run_dir, name), os.path.join(target, name))
@@ -162,12 +185,12 @@ def _append_history(run_dir: str, config: Any, resumed_from: str | None, changed
     values = config_values(config)
     path = os.path.join(run_dir, "config.json")
     if resumed_from is None or not os.path.exists(path):
-        with open(path, "w") as f:
+        with files.open_file(path, "w") as f:
             json.dump(values, f, indent=2, sort_keys=True)
     entry = dict(started=datetime.datetime.now().isoformat(timespec="seconds"),
                  resumed_from=resumed_from,
                  changed={k: list(v) for k, v in sorted(changed.items())}, config=values)
-    with open(os.path.join(run_dir, "config_history.jsonl"), "a") as f:
+    with files.open_file(os.path.join(run_dir, HISTORY), "a") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
@@ -190,7 +213,7 @@ def prepare_run_folder(config: Any, print_fn: Callable = print, chief: bool = Tr
     run_dir = config.run_dir
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     if chief:
-        _check_writable(run_dir)
+        _check_writable(run_dir)  # with `files.check_run_dir`
         for path in checkpoint.remove_partial_saves(ckpt_dir):
             print_fn(f"removed {path}, a save that never finished")
     if not config.resume:
@@ -211,7 +234,7 @@ def prepare_run_folder(config: Any, print_fn: Callable = print, chief: bool = Tr
         if chief:
             _append_history(run_dir, config, None, {})
         return None
-    saved = checkpoint.read_meta(path).get("config", {})
+    saved = checkpoint.read_run_meta(path)["config"]
     fixed, allowed = config_changes(saved, config)
     if fixed:
         raise UsageError(

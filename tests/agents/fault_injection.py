@@ -168,3 +168,23 @@ def _poison_first(tree: dict, value: float) -> bool:
             tree[key].reshape(-1)[0] = value
             return True
     return False
+
+
+# --- planted links ---
+
+def outside_file(folder, text: str = "not the run's\n") -> str:
+    """A file outside any run folder (in `folder`) holding `text`: what a planted link targets."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "outside.txt")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def plant_link(run_dir, name: str, target: str, hard: bool = False) -> str:
+    """Plants a link at `run_dir/name` (its folders made as needed) to `target`, as someone
+    sharing the folder could: symbolic, or `hard`. Returns the link's path."""
+    path = os.path.join(run_dir, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    (os.link if hard else os.symlink)(target, path)
+    return path
