@@ -20,26 +20,40 @@ Results in --out_dir: `<game>/seed_<s>/` run folders with `result.json`, then `s
 (each game and seed's final score and human-normalized score), `summary.md` (ours against
 the paper per game; median and mean HNS, IQM and optimality gap with 95% stratified bootstrap
 intervals, Agarwal et al. 2021) and `curves.png` (frames on x, the paper's score as a line).
-Classic-control games have no human references: their table shows returns only. Resumable:
-a game and seed with a `result.json` is not run again; an interrupted one resumes.
+Classic-control games have no human references: their table shows returns only.
+
+Run again, the script picks up what --out_dir holds (`run_and_evaluate`): a game and seed whose
+`result.json` was produced by the same config, budget and protocol is not run again; an
+interrupted one resumes; a larger --frames continues the finished run; another --eval_episodes,
+--greedy or --eval_epsilon evaluates its final checkpoint again without training; another
+--config (or a smaller --frames than it trained) is refused, naming the setting that differs.
+
+Every flag, and what each run folder holds, is checked before anything trains: a bad value or
+a refused folder is one `error:` line and exit status 1 (2 for an unknown flag), as the agents'
+launchers do (`agents.run.launch`).
 """
 
 import csv
 import dataclasses
 import math
 import os
+import sys
 
 import numpy as np
 from absl import app, flags
 
 import aggregates
+import checks
 import references
 import run_and_evaluate
-from run_and_evaluate import agent_steps, env_id, frames_of, game_name
+from run_and_evaluate import agent_steps, frames_of, game_name
 from agents.run.envs import is_atari
 from agents.run.evaluation import paper_protocol
 from agents.run.flags import config_from_flagfile
+from agents.run.checkpoint import CheckpointError
 from agents.run.interrupts import GUARD
+from agents.run.launch import parse_flags
+from agents.run.run_folder import UsageError
 
 flags.DEFINE_enum("agent", "impala", ["apex", "impala"], "which agent")
 flags.DEFINE_list("games", ["Pong"], "Atari games (Pong or Pong-v5) or envpool ids")
@@ -136,6 +150,39 @@ def write_scores(results: dict, refs: dict, path: str) -> None:
                                      final, ref.get("random"), ref.get("human"))])
 
 
+def check_flags(refs: dict) -> tuple[list[str], list[int]]:
+    """(envs, seeds) of the flags; UsageError naming the flag and the values it allows."""
+    envs = checks.check_games(FLAGS.games, refs)
+    seeds = checks.check_budget(FLAGS.frames, FLAGS.seeds, FLAGS.eval_episodes)
+    checks.check_out_dir(FLAGS.out_dir or f"runs/reproduce_{FLAGS.agent}")
+    return envs, seeds
+
+
+def planned_runs(agent: str, envs: list[str], seeds: list[int]) -> list[tuple]:
+    """(env, config, protocol) of every game and seed, each folder's plan checked (`plan`:
+    reuse, train, continue or re-evaluate) before any of them trains."""
+    flagfile = FLAGS.config or f"experiments/configs/{agent}_atari.cfg"
+    if not os.path.isfile(flagfile):
+        raise UsageError(f"--config: {flagfile!r} is not a file; name an agent's flagfile "
+                         "(experiments/configs/*.cfg)")
+    out_dir = FLAGS.out_dir or f"runs/reproduce_{agent}"
+    protocol = paper_protocol(agent, FLAGS.eval_episodes, FLAGS.greedy, FLAGS.eval_epsilon)
+    runs = []
+    for env in envs:
+        for seed in seeds:
+            try:
+                config = config_from_flagfile(
+                    run_and_evaluate.AGENTS[agent][1], flagfile, env=env, seed=seed,
+                    total_env_steps=agent_steps(FLAGS.frames, env), solved_return=math.inf,
+                    run_dir=os.path.join(out_dir, game_name(env), f"seed_{seed}"), resume=True)
+            except ValueError as e:
+                raise UsageError(f"--config {flagfile}: {e}") from None
+            run_protocol = dataclasses.replace(protocol, noop_max=max(1, config.noop_max))
+            run_and_evaluate.plan(config, run_protocol)  # refuses before anything trains
+            runs.append((env, config, run_protocol))
+    return runs
+
+
 def main(argv):
     del argv
     # Ctrl-C or SIGTERM stops the run under way with a final checkpoint (the script resumes
@@ -144,29 +191,23 @@ def main(argv):
     GUARD.install()
     GUARD.starting()  # the imports are done: a signal raises until a run is under way
     agent = FLAGS.agent
-    config_cls = run_and_evaluate.AGENTS[agent][1]
-    flagfile = FLAGS.config or f"experiments/configs/{agent}_atari.cfg"
     out_dir = FLAGS.out_dir or f"runs/reproduce_{agent}"
-    try:
-        seeds = [int(s) for s in FLAGS.seeds]
-    except ValueError as e:
-        raise app.UsageError(f"--seeds must be integers: {e}")
-    protocol = paper_protocol(agent, FLAGS.eval_episodes, FLAGS.greedy, FLAGS.eval_epsilon)
     refs = references.load_references()
-    results, column = {}, None
-    for game in FLAGS.games:
-        env = env_id(game)
-        for seed in seeds:
-            config = config_from_flagfile(
-                config_cls, flagfile, env=env, seed=seed,
-                total_env_steps=agent_steps(FLAGS.frames, env), solved_return=math.inf,
-                run_dir=os.path.join(out_dir, game_name(env), f"seed_{seed}"))
+    try:
+        runs = planned_runs(agent, *check_flags(refs))
+        results, column = {}, None
+        for env, config, protocol in runs:
             column = references.paper_column(agent, getattr(config, "torso", ""))
-            result = run_and_evaluate.run(agent, config, dataclasses.replace(
-                protocol, noop_max=max(1, config.noop_max)), print_fn=print)
+            result = run_and_evaluate.run(
+                agent, config, protocol, print_fn=print, frames=FLAGS.frames,
+                flagfile=FLAGS.config or f"experiments/configs/{agent}_atari.cfg")
             results.setdefault(env, []).append(result)
-            print(f"{game_name(env)} seed {seed}: final {np.mean(result['final_returns']):.2f} "
-                  f"over {len(result['final_returns'])} episodes", flush=True)
+            print(f"{game_name(env)} seed {config.seed}: final "
+                  f"{np.mean(result['final_returns']):.2f} over "
+                  f"{len(result['final_returns'])} episodes", flush=True)
+    except (UsageError, CheckpointError) as e:  # one line, as the launchers print them
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     os.makedirs(out_dir, exist_ok=True)
     write_scores(results, refs, os.path.join(out_dir, "scores.csv"))
     summary = summary_markdown(results, refs, column, FLAGS.bootstrap_reps)
@@ -177,4 +218,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

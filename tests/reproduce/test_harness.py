@@ -35,13 +35,19 @@ def test_harness_end_to_end_and_a_finished_run_is_not_run_again(tmp_path, monkey
     rows = (out / "scores.csv").read_text().splitlines()
     assert rows[0] == "game,seed,frames,final_return,human_normalized" and len(rows) == 3
 
-    # Resumable: a run with a result is read back, no agent is built.
-    monkeypatch.setitem(run_and_evaluate.AGENTS, "impala", (None, None))
+    # Resumable: a run with a result of the same settings is read back, no agent is built.
     from agents.impala.config import ImpalaConfig
+    from agents.run.evaluation import paper_protocol
+    from agents.run.flags import config_from_flagfile
 
-    config = ImpalaConfig(env="CartPole-v1", torso="mlp",
-                          run_dir=str(out / "CartPole" / "seed_1"))
-    again = run_and_evaluate.run("impala", config, None)
+    monkeypatch.setitem(run_and_evaluate.AGENTS, "impala", (None, ImpalaConfig))
+    config = config_from_flagfile(
+        ImpalaConfig, os.path.join(ROOT, "experiments/configs/impala_cartpole.cfg"),
+        seed=1, total_env_steps=3000, solved_return=np.inf,
+        run_dir=str(out / "CartPole" / "seed_1"))
+    protocol = paper_protocol("impala", 4)  # with the config's no-ops, as atari.py does
+    protocol = type(protocol)(**{**vars(protocol), "noop_max": max(1, config.noop_max)})
+    again = run_and_evaluate.run("impala", config, protocol)
     assert again == json.loads((out / "CartPole" / "seed_1" / "result.json").read_text())
 
 
