@@ -62,13 +62,10 @@ class ImpalaAgent(Agent):
     def make_learner(self, state) -> ImpalaLearner:
         spec = make_unroll_builder(self.config, self.info, 1).spec
         return ImpalaLearner(self.config, self.network, self.unrolls, self.param_server, state,
-                             self.mesh, spec)
+                             self.mesh, spec, self.stats)
 
     def eval_scores(self) -> Callable:
         return jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
 
     def status(self) -> dict[str, float]:
         return dict(queue=self.unrolls.qsize(), policy_lag=self.learner.lag["policy_lag_mean"])
-
-    def env_step_budget(self) -> int:
-        return self.config.total_env_steps // self.config.num_processes

@@ -15,16 +15,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from agents.impala.config import ImpalaConfig
 from agents.impala.losses import impala_loss
 from agents.impala.unroll import Unrolls, stack_unrolls
-from agents.parallel import sharding
+from agents.parallel import sharding, step_counts
 from agents.parallel.zero import ZeroOptimizer, canonical_opt_state
 from agents.run.divergence import DivergenceWatch, health
 from agents.run.param_server import ParamServer
+from agents.run.stats import RunStats
+
+# The counters a run sums over its processes (`agents.parallel.step_counts`).
+SUMMED = ("env_steps", "episodes")
 
 # The loss's terms (sums over steps in `impala_loss`); its other metrics are per-step means.
 LOSS_TERMS = ("loss", "pg_loss", "baseline_loss", "entropy_loss")
@@ -127,17 +129,20 @@ class ImpalaLearner:
       state: initial (or restored) `TrainingState`.
       mesh: the learner devices (across processes with `jax.distributed`).
       unroll_spec: `UnrollBuilder.spec`, the fields of one unroll.
+      stats: the run's counters; with several processes each update adds the other
+        processes' env steps and episodes to them (None: not counted across processes).
     """
 
     def __init__(self, config: ImpalaConfig, network: nn.Module, unrolls: queue.Queue,
                  param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh,
-                 unroll_spec: dict):
+                 unroll_spec: dict, stats: RunStats | None = None):
         sharding.check_divisible(config.batch_size, mesh)
         # With several processes each feeds its share of every batch (`put_batch`).
         self.local_batch_size = config.batch_size // jax.process_count()
         self.unroll_spec = {k: v for k, v in unroll_spec.items()
                             if k not in ("param_versions", "env_ids")}
-        self._any = jax.jit(jnp.max, out_shardings=NamedSharding(mesh, P()))
+        self._sync = step_counts.make_sync(mesh)
+        self.stats = stats
         self.config, self.unrolls, self.param_server, self.mesh = (
             config, unrolls, param_server, mesh)
         self._update, self._zero = make_update(network, config, mesh, state.params)
@@ -174,12 +179,19 @@ class ImpalaLearner:
 
     def _stop_everywhere(self, stop: threading.Event) -> bool:
         """Whether any process asked to stop; every process learns it at the same update, so
-        none is left waiting in a collective the others never join."""
+        none is left waiting in a collective the others never join. A stop asked elsewhere
+        stops this process's threads too. The same collective sums the processes' env steps
+        and episodes into `stats`."""
         if jax.process_count() == 1:
             return stop.is_set()
-        local = np.full(len(self.mesh.local_devices), stop.is_set(), np.int32)
-        return bool(np.asarray(sharding.local_copy(self._any(
-            sharding.put_batch(local, self.mesh)))))
+        own = self.stats.since_start(SUMMED) if self.stats is not None else [0] * len(SUMMED)
+        anywhere, totals = self._sync(stop.is_set(), own)
+        if self.stats is not None:
+            self.stats.set_others({name: total - mine
+                                   for name, total, mine in zip(SUMMED, totals, own)})
+        if anywhere:
+            stop.set()
+        return anywhere
 
     def _idle_batch(self) -> dict[str, np.ndarray]:
         """A batch of pseudo steps only (masks 0): no gradient. With several processes it stands

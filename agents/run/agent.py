@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from agents.parallel import sharding
+from agents.parallel.step_counts import process_share
 from agents.run import checkpoint, run_folder
 from agents.run.driver import Driver
 from agents.run.envs import actor_env_settings, env_info, eval_env_settings, make_env
@@ -97,7 +98,13 @@ class Agent:
         return self.runtime.status()
 
     def env_step_budget(self) -> int:
-        return self.config.total_env_steps
+        """The value of this process's own env-steps count (the run's total restored at this
+        start plus its own steps) at which it stops: its share of what is left of
+        total_env_steps (with one process, all of it), so the run ends at total_env_steps
+        however many processes each start has."""
+        return self.start_env_steps + process_share(
+            self.config.total_env_steps, self.start_env_steps, jax.process_count(),
+            jax.process_index())
 
     # The sequence itself.
 
@@ -112,6 +119,7 @@ class Agent:
                                           self.checkpointed_replay())
             if self.chief:
                 self._truncate_records(int(state.steps))
+        self.start_env_steps = self.stats.get("env_steps")  # the run's, over all processes
         self.param_server = ParamServer(config.devices()[1])
         self.learner = self.make_learner(state)
 
@@ -152,9 +160,15 @@ class Agent:
             runner.start("evaluator", evaluator.run)
         if self.resumed_from:
             self.print(f"resumed from {self.resumed_from}")
+        budget = self.env_step_budget()
+        if jax.process_count() > 1:
+            self.print(f"env steps {self.start_env_steps:,} of total_env_steps="
+                       f"{self.config.total_env_steps:,} done; process {jax.process_index()} of "
+                       f"{jax.process_count()} takes {budget - self.start_env_steps:,} of what "
+                       "is left")
         driver = Driver(self.name, config, self.stats, self.learner, evaluator, self.save,
                         self.status, self.print, chief=self.chief,
-                        env_step_budget=self.env_step_budget())
+                        env_step_budget=budget)
         try:
             return driver.run(runner)
         finally:

@@ -33,8 +33,8 @@ class Driver:
       status: extra values for the metrics row and the progress line, e.g. replay size.
       print_fn: where progress lines go.
       chief: writes metrics, checkpoints and plots (with several processes only process 0).
-      env_step_budget: this process's env steps before it stops (default: the whole
-        total_env_steps).
+      env_step_budget: the value of this process's own env-steps count (`RunStats.stop_at`)
+        at which it stops (default: total_env_steps).
     """
 
     def __init__(self, name: str, config: Any, stats: RunStats, learner: Any,
@@ -105,8 +105,14 @@ class Driver:
                        wall_s=time.monotonic() - start,
                        run_wall_s=self.stats.get("wall_ms") / 1000, checkpoint=path,
                        checkpoint_failed=self.chief and path is None,
-                       eval_history=self.eval_history)
-        self.print(f"done: solved={summary['solved']} env_steps={summary.get('env_steps', 0):,} "
+                       eval_history=self.eval_history,
+                       process_env_steps=self.stats.since_start(("env_steps",))[0])
+        # The run's env steps, and this process's own since its start where they differ (a
+        # resume, several processes).
+        steps = summary.get("env_steps", 0)
+        own = (f" (this process: {summary['process_env_steps']:,})"
+               if summary["process_env_steps"] != steps else "")
+        self.print(f"done: solved={summary['solved']} env_steps={steps:,}{own} "
                    f"updates={summary['updates']:,} in {summary['wall_s']:.0f} s; "
                    f"checkpoint {path}")
         return summary

@@ -9,6 +9,11 @@ import numpy as np
 class RunStats:
     """Thread-safe run counters and the returns of recently finished episodes.
 
+    With several processes (`agents.parallel.step_counts`) each counts its own actors' steps
+    and episodes, and what it reads (`get`, `snapshot`, `state_dict`: the progress line, the
+    metrics, checkpoints) adds the other processes' counts since this start (`set_others`);
+    the budget (`stop_at`) compares this process's own count.
+
     Args:
       window: how many recent episode returns to average over.
     """
@@ -16,12 +21,16 @@ class RunStats:
     def __init__(self, window: int = 100):
         self._lock = threading.Lock()
         self._counts = collections.Counter()
+        self._start = collections.Counter()  # the counts restored at this start
+        self._others = collections.Counter()  # other processes' counts since this start
+        self.across_processes = False  # whether `set_others` was ever called
         self._returns = collections.deque(maxlen=window)
         self._limits: list[tuple[str, int, threading.Event]] = []
 
     def stop_at(self, name: str, limit: int, event: threading.Event) -> None:
-        """Sets `event` as soon as counter `name` reaches `limit` (a budget enforced at the
-        step that reaches it, not at the next look of the main thread)."""
+        """Sets `event` as soon as this process's own counter `name` (what it restored plus
+        what it counted) reaches `limit` (a budget enforced at the step that reaches it, not at
+        the next look of the main thread)."""
         with self._lock:
             self._limits.append((name, limit, event))
             self._check_limits()
@@ -43,12 +52,24 @@ class RunStats:
 
     def get(self, name: str) -> int:
         with self._lock:
-            return self._counts[name]
+            return self._counts[name] + self._others[name]
+
+    def since_start(self, names: tuple[str, ...]) -> list[int]:
+        """This process's own counts of `names` since this start (what it restored excluded)."""
+        with self._lock:
+            return [self._counts[name] - self._start[name] for name in names]
+
+    def set_others(self, counts: dict[str, int]) -> None:
+        """The other processes' counts since this start (the sum over all processes of
+        `since_start`, less this one's), added to every read from now on."""
+        with self._lock:
+            self._others = collections.Counter(counts)
+            self.across_processes = True
 
     def snapshot(self) -> dict[str, float]:
         """All counters, plus the mean recent episode return (NaN before the first)."""
         with self._lock:
-            out = dict(self._counts)
+            out = self._totals()
             out["episode_return"] = (sum(self._returns) / len(self._returns)
                                      if self._returns else float("nan"))
             return out
@@ -70,12 +91,20 @@ class RunStats:
             self._check_limits()
 
     def state_dict(self) -> dict[str, int]:
+        """The run's counters: with several processes, summed over them."""
         with self._lock:
-            return dict(self._counts)
+            return self._totals()
+
+    def _totals(self) -> dict[str, int]:
+        # Not `Counter.__add__`: it drops counters at 0.
+        return {k: self._counts[k] + self._others[k] for k in {**self._counts, **self._others}}
 
     def load_state_dict(self, counts: dict[str, int]) -> None:
+        """Restores the run's counters (a checkpoint's): this start counts on from them."""
         with self._lock:
             self._counts = collections.Counter({k: int(v) for k, v in counts.items()})
+            self._start = collections.Counter(self._counts)
+            self._others = collections.Counter()
 
 
 class EpisodeReturns:

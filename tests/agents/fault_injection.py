@@ -188,3 +188,27 @@ def plant_link(run_dir, name: str, target: str, hard: bool = False) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     (os.link if hard else os.symlink)(target, path)
     return path
+
+
+# --- env steps across processes ---
+
+def launch_processes(count: int, *flags, timeout: float = 120) -> list[str]:
+    """Runs IMPALA on CartPole as `count` jax.distributed processes on loopback (one CPU device
+    each) with `flags`; returns each one's output after all exit, and fails on a non-zero exit."""
+    address = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    procs = [subprocess.Popen(
+        [sys.executable, "experiments/run_impala.py", f"--flagfile={IMPALA_CFG}", *flags,
+         f"--num_processes={count}", f"--process_id={i}", f"--coordinator_address={address}"],
+        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for i in range(count)]
+    outs = []
+    try:
+        for proc in procs:
+            outs.append(proc.communicate(timeout=timeout)[0])
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, out in zip(procs, outs):
+        assert proc.returncode == 0, out[-3000:]
+    return outs
