@@ -11,6 +11,8 @@ Any other address joins a cluster started with `ray start` (see the README); tha
 import logging
 import os
 import secrets
+import threading
+from typing import Callable
 
 import ray
 from ray._private import ray_constants
@@ -59,7 +61,7 @@ def connect(address: str, object_store_mb: int = 0, temp_dir: str = "",
     # at call time from this attribute). `disconnect` turns it back on.
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
-    connect_within(lambda: ray.init(
+    connect_within(_start_local(
         num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
         object_store_memory=object_store_mb * 2**20 or None, _temp_dir=temp_dir or None),
         timeout_s, "the local Ray cluster (ray_address=local)",
@@ -73,9 +75,41 @@ def connect(address: str, object_store_mb: int = 0, temp_dir: str = "",
     return True
 
 
+# Ray starts a local cluster's processes to die with the thread that started them (Linux's
+# PR_SET_PDEATHSIG follows the parent thread, not the process), so that thread must live as
+# long as the cluster: it waits on this event, which `disconnect` sets.
+_local_keeper = threading.Event()
+
+
+def _start_local(**init_kwargs) -> Callable[[], None]:
+    """A call for `connect_within` that starts the local cluster in a thread of its own, kept
+    alive until `disconnect`, and returns once `ray.init` has (raising what it raised)."""
+    started, box = threading.Event(), {}
+    _local_keeper.clear()
+
+    def keeper():
+        try:
+            ray.init(**init_kwargs)
+        except BaseException as e:  # noqa: BLE001  (raised again by the waiting call)
+            box["error"] = e
+        finally:
+            started.set()
+        _local_keeper.wait()
+
+    threading.Thread(target=keeper, name="ray local cluster", daemon=True).start()
+
+    def wait_started():
+        started.wait()
+        if "error" in box:
+            raise box["error"]
+
+    return wait_started
+
+
 def disconnect() -> None:
     """Disconnects; a local cluster's processes all exit."""
     ray.shutdown()
+    _local_keeper.set()
     if os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR) == "0":
         del os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR]
         ray_constants.ENABLE_RAY_CLUSTER = not ray_constants.IS_WINDOWS_OR_OSX
