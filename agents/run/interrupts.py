@@ -38,6 +38,7 @@ class InterruptGuard:
         self.received: str | None = None  # the signal that stopped the run under way
         self.pending: str | None = None  # a signal no run has acted on yet
         self._on_signal: Callable[[str], None] | None = None
+        self._next_unraisablehook = sys.unraisablehook
         self.installed = False
 
     def install(self) -> None:
@@ -46,7 +47,17 @@ class InterruptGuard:
         self.state, self.pending, self.received = LOADING, None, None
         signal.signal(signal.SIGINT, self._handle)
         signal.signal(signal.SIGTERM, self._handle)
+        if sys.unraisablehook is not self._unraisable:
+            self._next_unraisablehook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         self.installed = True
+
+    def _unraisable(self, unraisable) -> None:
+        """`sys.unraisablehook`: a `KeyboardInterrupt` the handler raised into code that cannot
+        raise (a garbage-collection callback, a `__del__`) is lost there, but the signal is kept
+        in `pending` and acted on, so Python's "Exception ignored" trace would only mislead."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.pending:
+            return
+        self._next_unraisablehook(unraisable)
 
     @property
     def under_way(self) -> bool:

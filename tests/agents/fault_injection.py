@@ -9,9 +9,12 @@ import contextlib
 import errno
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
+from typing import Callable
 
 from agents.apex.config import ApexConfig
 from agents.impala.config import ImpalaConfig
@@ -192,16 +195,9 @@ def plant_link(run_dir, name: str, target: str, hard: bool = False) -> str:
 
 # --- env steps across processes ---
 
-def launch_processes(count: int, *flags, timeout: float = 120) -> list[str]:
-    """Runs IMPALA on CartPole as `count` jax.distributed processes on loopback (one CPU device
-    each) with `flags`; returns each one's output after all exit, and fails on a non-zero exit."""
-    address = f"127.0.0.1:{free_port()}"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    procs = [subprocess.Popen(
-        [sys.executable, "experiments/run_impala.py", f"--flagfile={IMPALA_CFG}", *flags,
-         f"--num_processes={count}", f"--process_id={i}", f"--coordinator_address={address}"],
-        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for i in range(count)]
+def finish_all(procs: list[subprocess.Popen], timeout: float = 180) -> list[str]:
+    """Each process's output once all have exited; fails on a non-zero exit, and kills any
+    left running on the way out."""
     outs = []
     try:
         for proc in procs:
@@ -212,3 +208,35 @@ def launch_processes(count: int, *flags, timeout: float = 120) -> list[str]:
     for proc, out in zip(procs, outs):
         assert proc.returncode == 0, out[-3000:]
     return outs
+
+
+def interrupt_when(proc: subprocess.Popen, seen_line: Callable[[str], bool], delay: float,
+                   wait_s: float = 60) -> tuple[str, float]:
+    """Sends SIGINT to `proc` `delay` seconds after it prints a line for which `seen_line` is
+    true, then waits for it to exit (killing it after 120 s); returns its whole output and
+    the time the signal was sent (time.monotonic)."""
+    seen, sent = [], float("nan")
+    with watched(proc, 120):
+        for line in proc.stdout:
+            seen.append(line)
+            if seen_line(line):
+                time.sleep(delay)
+                sent = time.monotonic()
+                proc.send_signal(signal.SIGINT)
+                break
+        seen += proc.stdout.readlines()
+        proc.wait(wait_s)
+    return "".join(seen), sent
+
+
+def launch_processes(count: int, *flags, timeout: float = 120) -> list[str]:
+    """Runs IMPALA on CartPole as `count` jax.distributed processes on loopback (one CPU device
+    each) with `flags`; returns each one's output after all exit, and fails on a non-zero exit."""
+    address = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    procs = [subprocess.Popen(
+        [sys.executable, "experiments/run_impala.py", f"--flagfile={IMPALA_CFG}", *flags,
+         f"--num_processes={count}", f"--process_id={i}", f"--coordinator_address={address}"],
+        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for i in range(count)]
+    return finish_all(procs, timeout)

@@ -2,7 +2,6 @@
 naming --connect_timeout_s, Ctrl-C ends such a wait, and a metrics file that cannot be written
 stops the run with its final checkpoint instead of blocking its main thread."""
 
-import signal
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from agents.run import checkpoint, logger, run_folder
 from agents.run.logger import MetricsError, MetricsLogger
 from agents.run.waits import ConnectTimeout, connect_within
 from tests.agents.fault_injection import (
+    interrupt_when,
     apex_config,
     fill_disk,
     free_port,
@@ -81,18 +81,8 @@ def test_ctrl_c_ends_a_wait_for_a_peer(tmp_path):
     proc = start_patched("impala", "", f"--run_dir={tmp_path}", "--num_processes=2",
                          "--process_id=1", f"--coordinator_address=127.0.0.1:{free_port()}",
                          "--connect_timeout_s=300")
-    seen = []
-    with watched(proc, 120):
-        for line in proc.stdout:
-            seen.append(line)
-            if "Connecting to JAX distributed service" in line:
-                time.sleep(0.5)
-                sent = time.monotonic()
-                proc.send_signal(signal.SIGINT)
-                break
-        seen += proc.stdout.readlines()
-        proc.wait(30)
-    out = "".join(seen)
+    out, sent = interrupt_when(proc, lambda line: "Connecting to JAX distributed service" in line,
+                               0.5, wait_s=30)
     assert proc.returncode == 130, out
     assert time.monotonic() - sent < 10, out
     assert "interrupted (SIGINT) before the run started; nothing to save" in out, out

@@ -11,6 +11,7 @@ import pytest
 
 from agents.run.interrupts import DONE, InterruptGuard
 from tests.agents.fault_injection import (
+    interrupt_when,
     own_lines,
     processes_mentioning,
     start_patched,
@@ -57,17 +58,7 @@ def test_ctrl_c_in_the_first_seconds_stops_the_launcher(delay, tmp_path):
     proc = start_patched("impala", ANNOUNCE_GUARD, f"--run_dir={tmp_path}",
                          "--total_env_steps=100000000", "--log_period_s=0.3",
                          "--solved_return=inf")
-    seen = []
-    with watched(proc, 120):
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith("guard installed"):
-                time.sleep(delay)
-                proc.send_signal(signal.SIGINT)
-                break
-        seen += proc.stdout.readlines()
-        proc.wait(60)
-    out = "".join(seen)
+    out, _ = interrupt_when(proc, lambda line: line.startswith("guard installed"), delay)
     assert proc.returncode == 130, out
     assert "Traceback" not in out and "Error" not in "".join(own_lines(out)), out
     before = any(m in out for m in ("while starting; nothing to save",
@@ -112,17 +103,7 @@ def test_ctrl_c_during_rays_start_stops_ray_and_leaves_no_process(tmp_path):
     temp = tempfile.mkdtemp(prefix="ray_", dir="/tmp")  # Ray's socket paths must stay short
     proc = start_patched("apex", RAY_START, f"--run_dir={tmp_path / 'run'}", "--backend=ray",
                          f"--ray_temp_dir={temp}", "--ray_object_store_mb=100")
-    seen = []
-    with watched(proc, 120):
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith("ray starting"):
-                time.sleep(1.0)
-                proc.send_signal(signal.SIGINT)
-                break
-        seen += proc.stdout.readlines()
-        proc.wait(60)
-    out = "".join(seen)
+    out, _ = interrupt_when(proc, lambda line: line.startswith("ray starting"), 1.0)
     assert proc.returncode == 130, out
     assert [line for line in own_lines(out) if "interrupt" in line] == [
         "interrupted (SIGINT) before the run started; nothing to save"], out
@@ -131,3 +112,21 @@ def test_ctrl_c_during_rays_start_stops_ray_and_leaves_no_process(tmp_path):
         time.sleep(0.5)
     assert not processes_mentioning(str(temp)), out
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_signal_lost_in_a_callback_that_cannot_raise_prints_no_trace():
+    """Raised into a garbage-collection callback, the handler's KeyboardInterrupt is lost there
+    (Python prints "Exception ignored ... Traceback"); the signal is kept in `pending` and acted
+    on, so the guard's unraisable hook keeps that trace out of the run's output."""
+    import types
+
+    guard, passed_on = InterruptGuard(), []
+    guard._next_unraisablehook = passed_on.append
+    lost = types.SimpleNamespace(exc_value=KeyboardInterrupt("SIGINT"))
+    other = types.SimpleNamespace(exc_value=ValueError("a real problem"))
+    guard._unraisable(lost)
+    assert passed_on == [lost]  # no signal kept: nothing explains it, so it is shown
+    guard.pending = "SIGINT"
+    guard._unraisable(lost)
+    guard._unraisable(other)
+    assert passed_on == [lost, other]

@@ -1,7 +1,6 @@
 """IMPALA's learner across two processes on this machine (jax.distributed over loopback)."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -9,14 +8,10 @@ import jax
 import numpy as np
 import two_process_worker as worker
 
+from tests.agents.fault_injection import finish_all, free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 CARTPOLE_CFG = os.path.join(ROOT, "experiments", "configs", "impala_cartpole.cfg")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(args: list[str], devices: int = 2) -> subprocess.Popen:
@@ -25,23 +20,10 @@ def launch(args: list[str], devices: int = 2) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def finish(procs: list[subprocess.Popen], timeout: float = 180) -> list[str]:
-    outs = []
-    try:
-        for proc in procs:
-            outs.append(proc.communicate(timeout=timeout)[0])
-    finally:
-        for proc in procs:
-            proc.kill()
-    for proc, out in zip(procs, outs):
-        assert proc.returncode == 0, out[-3000:]
-    return outs
-
-
 def test_two_processes_match_one_process_on_the_concatenated_batch(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     outs = [str(tmp_path / f"params_{i}.npy") for i in (0, 1)]
-    finish([launch([worker.__file__, str(i), address, outs[i]]) for i in (0, 1)])
+    finish_all([launch([worker.__file__, str(i), address, outs[i]]) for i in (0, 1)])
     first, second = np.load(outs[0]), np.load(outs[1])
     np.testing.assert_array_equal(first, second)  # one learner: identical in both processes
     reference = worker.train(jax.devices()[:1])  # one process, the whole batch, one device
@@ -56,7 +38,7 @@ def test_two_process_impala_run_trains_and_stops_together(tmp_path):
                      "--total_env_steps=12000", "--log_period_s=1", "--solved_return=inf"],
                     devices=1)
              for i in (0, 1)]
-    outs = finish(procs)
+    outs = finish_all(procs)
     for out in outs:
         assert "done:" in out, out[-2000:]
     assert os.listdir(tmp_path / "checkpoints")  # written by process 0 only
