@@ -8,6 +8,8 @@ run, one still training, or a checkpoint shipped in `docs/results/` can be looke
 
     trained = load("impala", "docs/results/impala_pong_cpu_group_norm_batch8/step_000000031248")
     returns = trained.evaluate(paper_protocol("impala", episodes=4))  # [4] game scores
+
+(`paper_protocol` of `agents.registry`, which names the agents `load` takes.)
 """
 
 import dataclasses
@@ -22,21 +24,11 @@ import flax.serialization
 import jax
 import numpy as np
 
-from agents.apex.builder import make_network as apex_network
-from agents.apex.config import ApexConfig
-from agents.impala.builder import make_network as impala_network
-from agents.impala.config import ImpalaConfig
+from agents import registry
 from agents.run import checkpoint
 from agents.run.envs import EnvInfo, actor_env_settings, env_info, make_env
 from agents.run.evaluation import EvalProtocol
 from agents.run.seeds import run_seeds
-
-# agent -> (config class, `(config, info) -> network`, `network.apply` output -> scores [B, A])
-AGENTS: dict[str, tuple[type, Callable, Callable]] = {
-    "apex": (ApexConfig, apex_network, lambda out: out),  # Q-values
-    "impala": (ImpalaConfig, impala_network, lambda out: out[0]),  # (logits, values)
-}
-
 
 def config_from_saved(config_cls: type, saved: dict) -> Any:
     """`config_cls` from a checkpoint's `meta.json` config: lists back to tuples, a None
@@ -83,7 +75,7 @@ class TrainedAgent:
     """A checkpoint's network and parameters (see `load`).
 
     Attributes:
-      agent: "apex" or "impala".
+      agent: its name in `agents.registry`.
       config: the run's config as the checkpoint recorded it.
       info: the env's observation and action spaces.
       network: the Flax module; `network.apply(params, obs)` as in training.
@@ -102,7 +94,7 @@ class TrainedAgent:
 
     @functools.cached_property
     def _scores(self) -> Callable:
-        to_scores = AGENTS[self.agent][2]
+        to_scores = registry.get(self.agent).scores
         return jax.jit(lambda params, obs: to_scores(self.network.apply(params, obs)))
 
     def scores(self, obs: np.ndarray) -> np.ndarray:
@@ -118,20 +110,18 @@ def load(agent: str, path: str) -> TrainedAgent:
     """The trained agent of checkpoint folder `path` (a `step_<N>` of a run's `checkpoints/`).
 
     Raises:
-      ValueError: an unknown `agent`.
+      ValueError: an `agent` not in `agents.registry`.
       CheckpointError: `path` is not a complete checkpoint (a file missing or damaged).
       CheckpointMismatch: its parameters do not fit `agent`'s network for its config (another
         agent's checkpoint).
       NonFiniteCheckpoint: its parameters hold NaN or inf (saved from a run that diverged).
     """
-    if agent not in AGENTS:
-        raise ValueError(f"agent must be one of {tuple(AGENTS)}, got {agent!r}")
-    config_cls, make_network, _ = AGENTS[agent]
+    spec = registry.get(agent)
     checkpoint.verify(path)
     meta = checkpoint.read_run_meta(path)
-    config = config_from_saved(config_cls, meta["config"])
+    config = config_from_saved(spec.config, meta["config"])
     info = env_info(actor_env_settings(config, 0))
-    network = make_network(config, info)
+    network = spec.make_network(config, info)
     template = jax.eval_shape(network.init, jax.random.PRNGKey(0),
                               np.zeros((1,) + info.obs_shape, info.obs_dtype))
     with open(os.path.join(path, "learner.msgpack"), "rb") as f:

@@ -35,16 +35,12 @@ import timing
 
 from absl import app, flags
 
-from agents.apex.agent import ApexAgent
-from agents.apex.config import ApexConfig
-from agents.impala.agent import ImpalaAgent
-from agents.impala.config import ImpalaConfig
+from agents import registry
 from agents.run.flags import config_from_flagfile
 from agents.run.runner import ThreadRunner
 from agents.run.stats import RunStats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
-AGENTS = {"apex": (ApexAgent, ApexConfig), "impala": (ImpalaAgent, ImpalaConfig)}
 WARMUP_S = 20.0  # compiling, the replay's warm-up, envpool's first resets
 
 flags.DEFINE_list("configs", ["impala_pong_cpu", "apex_pong_cpu"],
@@ -59,8 +55,8 @@ def flagfile(name: str) -> str:
 
 def agent_of(name: str) -> str:
     agent = name.split("_", 1)[0]
-    if agent not in AGENTS:
-        raise ValueError(f"configs: {name!r} must start with one of {tuple(AGENTS)}")
+    if agent not in registry.AGENTS:
+        raise ValueError(f"configs: {name!r} must start with one of {registry.names()}")
     return agent
 
 
@@ -74,7 +70,7 @@ def rate_after_warmup(count, seconds: float) -> float:
 
 def parts(agent_name: str, config, seconds: float) -> tuple[float, float]:
     """(actors alone, learner alone), in agent steps per second."""
-    agent_cls, _ = AGENTS[agent_name]
+    agent_cls = registry.get(agent_name).agent
     if agent_name == "impala":
         steps_per_update = config.unroll_length * config.batch_size
     else:  # inserts never wait: nothing samples while the actors run alone
@@ -145,7 +141,7 @@ def main(argv):
     for name in FLAGS.configs:
         agent_name = agent_of(name)
         with tempfile.TemporaryDirectory() as tmp:
-            config = config_from_flagfile(AGENTS[agent_name][1], flagfile(name),
+            config = config_from_flagfile(registry.get(agent_name).config, flagfile(name),
                                           run_dir=os.path.join(tmp, "parts"))
             actors, learner = parts(agent_name, config, FLAGS.seconds)
             print(f"{name}: actors alone {actors:.0f}, learner alone {learner:.0f} agent "

@@ -6,7 +6,7 @@
 - learner: learner frames/s (T x B agent steps per update) of the jitted V-trace update for the
   shallow and deep IMPALA torsos, with and without GroupNorm, at the paper's T=20, B=32.
 - cartpole: wall time and env steps until greedy evaluation reaches 475, median of 3 seeds, for
-  IMPALA and Ape-X side by side.
+  each agent of `agents.registry` (Ape-X and IMPALA) side by side.
 
     python benchmarks/bench_impala.py [--parts actor,learner,cartpole] [--seconds 20]
 """
@@ -21,12 +21,10 @@ import timing
 import jax
 import numpy as np
 
+from agents import registry
 from agents.parallel import sharding
-from agents.apex.agent import ApexAgent
-from agents.apex.config import ApexConfig
 from agents.run.envs import actor_env_settings, env_info
 from agents.impala.actor import make_policy
-from agents.impala.agent import ImpalaAgent
 from agents.impala.builder import make_actors, make_network, make_queue
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import init_state, make_optimizer, make_update
@@ -129,10 +127,9 @@ def main():
                            rows)
     if "cartpole" in parts:
         rows = []
-        for name, agent_cls, config_cls in (("impala", ImpalaAgent, ImpalaConfig),
-                                            ("apex", ApexAgent, ApexConfig)):
-            runs = [solve_cartpole(agent_cls, config_cls, name, seed) for seed in range(3)]
-            rows.append([name, f"{sum(r[0] for r in runs)}/3",
+        for spec in registry.AGENTS.values():
+            runs = [solve_cartpole(spec.agent, spec.config, spec.name, seed) for seed in range(3)]
+            rows.append([spec.name, f"{sum(r[0] for r in runs)}/3",
                          statistics.median(r[1] for r in runs),
                          statistics.median(r[2] for r in runs)])
         timing.print_table(["agent", "solved", "median wall s", "median env steps"], rows)

@@ -22,19 +22,18 @@ import numpy as np
 from absl import app, flags
 
 from agents import trained
-from agents.apex.config import ApexConfig
-from agents.impala.config import ImpalaConfig
+from agents.registry import APEX, IMPALA
 from agents.run import checkpoint
 from agents.run.envs import actor_env_settings, make_env
 from agents.run.flags import config_from_flags, define_flags
 
-define_flags(ImpalaConfig)
+define_flags(IMPALA.config)
 flags.DEFINE_integer("random_steps", 400, "random steps played to collect frames")
 
 
 # Config fields only Ape-X's has: a checkpoint whose config records them is an Ape-X run's.
-APEX_ONLY = sorted({f.name for f in dataclasses.fields(ApexConfig)}
-                   - {f.name for f in dataclasses.fields(ImpalaConfig)})
+APEX_ONLY = sorted({f.name for f in dataclasses.fields(APEX.config)}
+                   - {f.name for f in dataclasses.fields(IMPALA.config)})
 
 
 def last_dense(torso: dict) -> np.ndarray:
@@ -76,14 +75,14 @@ def load(run_dir: str) -> tuple[str, trained.TrainedAgent]:
             raise SystemExit(
                 f"error: {path} is an Ape-X checkpoint (its config has {apex_fields[0]}); "
                 "inspect_checkpoint.py reads IMPALA runs (a policy and a value); load an Ape-X "
-                "one with agents.trained.load('apex', path)")
-        return path, trained.load("impala", path)
+                f"one with agents.trained.load({APEX.name!r}, path)")
+        return path, trained.load(IMPALA.name, path)
     except (checkpoint.CheckpointError, checkpoint.CheckpointMismatch, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
 
 
 def main(argv):
-    config = config_from_flags(ImpalaConfig)
+    config = config_from_flags(IMPALA.config)
     path, agent = load(config.run_dir)
     info, network = agent.info, agent.network
     fresh = network.init(jax.random.PRNGKey(0), np.zeros((1,) + info.obs_shape, info.obs_dtype))

@@ -32,8 +32,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from agents import trained
+from agents.registry import paper_protocol
 from agents.run.envs import actor_env_settings, make_env
-from agents.run.evaluation import paper_protocol, select_actions
+from agents.run.evaluation import select_actions
 
 RESULTS = "docs/results"
 if not os.path.isdir(RESULTS):  # run from notebooks/

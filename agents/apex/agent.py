@@ -13,6 +13,7 @@ from agents.apex.builder import make_actor, make_network
 from agents.apex.config import ApexConfig
 from agents.apex.learner import ApexLearner, init_state, make_optimizer
 from agents.apex.replay import make_replay
+from agents.apex.spec import SPEC
 from agents.run.actor_threads import ActorThreads
 from agents.run.agent import Agent
 from agents.run.interfaces import Runtime
@@ -27,7 +28,7 @@ class ApexAgent(Agent):
       print_fn: where progress lines go.
     """
 
-    name = "apex"
+    name = SPEC.name
     config: ApexConfig
 
     @property

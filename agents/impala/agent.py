@@ -19,6 +19,7 @@ from agents.impala.builder import (
 )
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import ImpalaLearner, init_state, make_optimizer
+from agents.impala.spec import SPEC
 from agents.parallel import distributed
 from agents.run.actor_threads import ActorThreads
 from agents.run.agent import Agent
@@ -34,7 +35,7 @@ class ImpalaAgent(Agent):
       print_fn: where progress lines go.
     """
 
-    name = "impala"
+    name = SPEC.name
     config: ImpalaConfig
 
     @property
@@ -65,7 +66,7 @@ class ImpalaAgent(Agent):
                              self.mesh, spec, self.stats)
 
     def eval_scores(self) -> Callable:
-        return jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
+        return jax.jit(lambda params, obs: SPEC.scores(self.network.apply(params, obs)))
 
     def status(self) -> dict[str, float]:
         return dict(queue=self.unrolls.qsize(), policy_lag=self.learner.lag["policy_lag_mean"])

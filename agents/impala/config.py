@@ -9,9 +9,10 @@ override these for CartPole and for a GPU host. The environment, budget and run 
 import dataclasses
 
 from agents.impala.losses import CORRECTIONS, REDUCTIONS
-from agents.run.evaluation import IMPALA_EVAL_ACTIONS
 from agents.run.config import RunConfig, check_fields
 from agents.run.config_groups import MultiProcessConfig, NetworkConfig, OptimizerConfig
+
+EVAL_ACTIONS = ("sample", "greedy")  # action rules of eval_action (`select_actions`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,7 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
             non_negative=("baseline_cost", "entropy_cost", "rho_bar", "c_bar", "pg_rho_bar"),
             unit_interval=("discount", "lambda_"), choices=(("reduction", REDUCTIONS),
                                                         ("correction", CORRECTIONS),
-                                                        ("eval_action", IMPALA_EVAL_ACTIONS)),
+                                                        ("eval_action", EVAL_ACTIONS)),
             finite=("baseline_cost", "entropy_cost"))
         self.check_optimizer()
         self.check_processes(self.batch_size, self.zero_stage)

@@ -26,7 +26,6 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 ACTION_RULES = ("greedy", "epsilon_greedy", "sample")
-IMPALA_EVAL_ACTIONS = ("sample", "greedy")
 FRAME_SKIP = 4  # emulator frames per agent step in both papers (Mnih et al. 2015)
 
 
@@ -147,21 +146,19 @@ class EvalProtocol:
         return play_episodes(env, policy, params, self.action_rule, self.epsilon, rng, stop)
 
 
-def paper_protocol(agent: str, episodes: int = 30, greedy: bool = False,
-                   apex_epsilon: float = 0.0) -> EvalProtocol:
-    """The evaluation protocol of agent "apex" or "impala" (module docstring).
+def paper_protocol(rule: Callable[[bool, float], tuple[str, float]], episodes: int = 30,
+                   greedy: bool = False, epsilon: float = 0.0) -> EvalProtocol:
+    """The evaluation protocol of an agent's paper (module docstring), with its action rule.
 
     Args:
-      agent: "apex" (epsilon-greedy with `apex_epsilon`) or "impala" (sampled actions).
+      rule: the agent's `(greedy, epsilon) -> (action_rule, epsilon)` (its spec's
+        `paper_rule`; `agents.registry.paper_protocol` looks it up by the agent's name).
       episodes: episodes per evaluation.
-      greedy: IMPALA: argmax actions instead of samples.
-      apex_epsilon: Ape-X's evaluation epsilon.
+      greedy: an agent that samples its actions takes the argmax instead.
+      epsilon: an agent that acts epsilon-greedily uses this rate.
     """
-    if agent == "apex":
-        return EvalProtocol(episodes, "epsilon_greedy", apex_epsilon)
-    if agent == "impala":
-        return EvalProtocol(episodes, "greedy" if greedy else "sample")
-    raise ValueError(f"agent must be one of ('apex', 'impala'), got {agent!r}")
+    action_rule, rate = rule(greedy, epsilon)
+    return EvalProtocol(episodes, action_rule, rate)
 
 
 def config_protocol(config: Any) -> EvalProtocol:

@@ -47,15 +47,15 @@ import checks
 import references
 import run_and_evaluate
 from run_and_evaluate import agent_steps, frames_of, game_name
+from agents import registry
 from agents.run.envs import is_atari
-from agents.run.evaluation import paper_protocol
 from agents.run.flags import config_from_flagfile
 from agents.run.checkpoint import CheckpointError
 from agents.run.interrupts import GUARD
 from agents.run.launch import parse_flags
 from agents.run.run_folder import UsageError
 
-flags.DEFINE_enum("agent", "impala", ["apex", "impala"], "which agent")
+flags.DEFINE_enum("agent", "impala", list(registry.AGENTS), "which agent")
 flags.DEFINE_list("games", ["Pong"], "Atari games (Pong or Pong-v5) or envpool ids")
 flags.DEFINE_integer("frames", 200_000_000, "budget per run: emulator frames on Atari (4 per "
                      "agent step), env steps on classic control")
@@ -166,13 +166,14 @@ def planned_runs(agent: str, envs: list[str], seeds: list[int]) -> list[tuple]:
         raise UsageError(f"--config: {flagfile!r} is not a file; name an agent's flagfile "
                          "(experiments/configs/*.cfg)")
     out_dir = FLAGS.out_dir or f"runs/reproduce_{agent}"
-    protocol = paper_protocol(agent, FLAGS.eval_episodes, FLAGS.greedy, FLAGS.eval_epsilon)
+    protocol = registry.paper_protocol(agent, FLAGS.eval_episodes, FLAGS.greedy,
+                                       FLAGS.eval_epsilon)
     runs = []
     for env in envs:
         for seed in seeds:
             try:
                 config = config_from_flagfile(
-                    run_and_evaluate.AGENTS[agent][1], flagfile, env=env, seed=seed,
+                    registry.get(agent).config, flagfile, env=env, seed=seed,
                     total_env_steps=agent_steps(FLAGS.frames, env), solved_return=math.inf,
                     run_dir=os.path.join(out_dir, game_name(env), f"seed_{seed}"), resume=True)
             except ValueError as e:

@@ -18,11 +18,12 @@ def load_references(path: str = SCORES_FILE) -> dict[str, dict[str, float]]:
 
 
 def paper_column(agent: str, torso: str = "") -> str:
-    """The column of the paper's scores for `agent` ("apex" or "impala"). IMPALA with the
+    """The column of the paper's scores for `agent` (a name of `agents.registry`). IMPALA with the
     shallow torso compares with the IMPALA paper's shallow network; Ape-X has one column
     whatever its torso (its paper reports the dueling Nature network only)."""
-    if agent not in ("apex", "impala"):
-        raise ValueError(f"agent must be one of ('apex', 'impala'), got {agent!r}")
+    from agents import registry  # here: reading the scores file needs no agent's imports
+
+    registry.get(agent)  # a ValueError naming the agents for any other name
     if agent == "impala" and torso == "impala_shallow":
         return PAPER_COLUMNS["impala_shallow"]
     return PAPER_COLUMNS[agent]

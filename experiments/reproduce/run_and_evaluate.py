@@ -36,11 +36,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from agents import trained
-from agents.apex.agent import ApexAgent
-from agents.apex.config import ApexConfig
-from agents.impala.agent import ImpalaAgent
-from agents.impala.config import ImpalaConfig
+from agents import registry, trained
 from agents.run import checkpoint
 from agents.run.envs import is_atari
 from agents.run.evaluation import FRAME_SKIP, EvalProtocol
@@ -49,7 +45,6 @@ from agents.run.logger import read_metrics
 from agents.run.run_folder import UsageError, config_values
 from agents.trained import evaluate_params
 
-AGENTS = {"apex": (ApexAgent, ApexConfig), "impala": (ImpalaAgent, ImpalaConfig)}
 RESULT = "result.json"
 REUSE, TRAIN, CONTINUE, REEVALUATE = "reuse", "train", "continue", "reevaluate"
 # Config fields that say how a run is watched or where it lives, not what it learns.
@@ -78,8 +73,7 @@ def frames_of(env_steps: float, env: str) -> float:
 
 
 def check_agent(agent: str) -> None:
-    if agent not in AGENTS:
-        raise ValueError(f"agent must be one of {tuple(AGENTS)}, got {agent!r}")
+    registry.get(agent)  # a ValueError naming the agents for any other name
 
 
 def protocol_evaluate(agent: Any, protocol: EvalProtocol, evaluation: int = 0) -> np.ndarray:
@@ -212,7 +206,7 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
         print_fn(f"{config.run_dir}: continuing the finished run from total_env_steps "
                  f"{found.meta['config']['total_env_steps']:,} to {config.total_env_steps:,}")
     GUARD.starting()  # a signal that came after the last run's final save stops the script
-    agent = AGENTS[agent_name][0](config, print_fn)
+    agent = registry.get(agent_name).agent(config, print_fn)
     summary = agent.run()
     if summary.get("interrupted"):
         raise KeyboardInterrupt("the run was interrupted; run the script again to resume it")
@@ -255,7 +249,7 @@ def _result(agent_name: str, config: Any, records: dict, env_steps: int, updates
     curve = [dict(env_steps=row["env_steps"], mean_return=row["mean_return"])
              for row in read_metrics(config.run_dir, "eval")]
     return dict(agent=agent_name, env=config.env, seed=config.seed,
-                correction=config.correction if isinstance(config, ImpalaConfig) else None,
+                correction=getattr(config, "correction", None),  # V-trace's, of IMPALA runs
                 env_steps=env_steps, updates=updates, wall_s=wall_s, policy_lag_mean=lag,
                 curve=curve, final_returns=[float(x) for x in final],
                 protocol=_protocol_values(protocol), **records)

@@ -33,7 +33,7 @@ import aggregates
 import run_and_evaluate
 from agents.impala.config import ImpalaConfig
 from agents.impala.losses import CORRECTIONS
-from agents.run.evaluation import paper_protocol
+from agents.registry import paper_protocol
 from agents.run.flags import config_from_flagfile
 from agents.run.interrupts import GUARD
 from agents.run.logger import read_metrics

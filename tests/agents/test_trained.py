@@ -12,8 +12,8 @@ import pytest
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
 from agents import trained
+from agents.registry import paper_protocol
 from agents.run import checkpoint, run_folder
-from agents.run.evaluation import paper_protocol
 from agents.run.flags import config_from_flagfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))

@@ -1,6 +1,7 @@
 """The reproduction harness end to end at a tiny budget (one game, two seeds), its
 resumability, and the ablation's flags and summary."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -36,11 +37,13 @@ def test_harness_end_to_end_and_a_finished_run_is_not_run_again(tmp_path, monkey
     assert rows[0] == "game,seed,frames,final_return,human_normalized" and len(rows) == 3
 
     # Resumable: a run with a result of the same settings is read back, no agent is built.
+    from agents import registry
     from agents.impala.config import ImpalaConfig
-    from agents.run.evaluation import paper_protocol
+    from agents.registry import paper_protocol
     from agents.run.flags import config_from_flagfile
 
-    monkeypatch.setitem(run_and_evaluate.AGENTS, "impala", (None, ImpalaConfig))
+    monkeypatch.setitem(registry.AGENTS, "impala",
+                        dataclasses.replace(registry.get("impala"), load_agent=lambda: None))
     config = config_from_flagfile(
         ImpalaConfig, os.path.join(ROOT, "experiments/configs/impala_cartpole.cfg"),
         seed=1, total_env_steps=3000, solved_return=np.inf,

@@ -3,6 +3,7 @@ for the same settings: equal ones reuse it, a larger budget continues the run, a
 evaluates the final checkpoint again, anything else is refused naming what differs; bad flags
 stop the script with one line before anything trains."""
 
+import dataclasses
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import sys
 import pytest
 
 import run_and_evaluate
+from agents import registry
 from agents.run import checkpoint
 from agents.run.evaluation import EvalProtocol
 from agents.run.run_folder import UsageError, config_values
@@ -48,8 +50,8 @@ def no_training(monkeypatch):
     """Any agent built from here on fails the test: nothing may train."""
     def refuse(*args, **kwargs):
         raise AssertionError("an agent was built: the run trained again")
-    monkeypatch.setitem(run_and_evaluate.AGENTS, "impala",
-                        (refuse, run_and_evaluate.AGENTS["impala"][1]))
+    monkeypatch.setitem(registry.AGENTS, "impala",
+                        dataclasses.replace(registry.get("impala"), load_agent=lambda: refuse))
 
 
 def starts(run_dir) -> int:

@@ -7,11 +7,11 @@ import threading
 import numpy as np
 import pytest
 
+from agents.registry import paper_protocol
 from agents.run.envs import EnvSettings, make_env
 from agents.run.evaluation import (
     EvalProtocol,
     config_protocol,
-    paper_protocol,
     play_episodes,
     select_actions,
 )
@@ -142,8 +142,8 @@ def test_bad_protocol_values_raise_naming_them():
 def test_each_paper_and_training_runs_get_their_action_rule():
     assert paper_protocol("impala").action_rule == "sample"
     assert paper_protocol("impala", greedy=True).action_rule == "greedy"
-    assert (paper_protocol("apex", apex_epsilon=0.001).action_rule,
-            paper_protocol("apex", apex_epsilon=0.001).epsilon) == ("epsilon_greedy", 0.001)
+    assert (paper_protocol("apex", epsilon=0.001).action_rule,
+            paper_protocol("apex", epsilon=0.001).epsilon) == ("epsilon_greedy", 0.001)
     from agents.apex.config import ApexConfig
     from agents.impala.config import ImpalaConfig
 
