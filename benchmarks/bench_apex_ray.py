@@ -31,7 +31,7 @@ import ray
 from agents.parallel import ray_cluster
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
-from agents.apex.ray_backend import ShardedReplay
+from agents.apex.sharded_replay import ShardedReplay
 from agents.apex.replay import ReplayShard, make_replay
 from agents.run.envs import actor_env_settings, env_info
 from agents.run.flags import config_from_flagfile

@@ -16,8 +16,9 @@ from ray_helpers import LOCAL_CLUSTER, assert_all_exited, child_processes
 from scipy import stats
 
 from agents.apex.config import ApexConfig
-from agents.apex.ray_backend import RayBackend, ReplayShardLost, ShardedReplay
+from agents.apex.ray_backend import RayBackend
 from agents.apex.replay import ReplayShard, make_replay
+from agents.apex.sharded_replay import ReplayShardLost, ShardedReplay
 from agents.parallel import ray_cluster
 from agents.run import host_memory
 from agents.run.envs import actor_env_settings, env_info
