@@ -23,7 +23,6 @@ class RunStats:
         self._counts = collections.Counter()
         self._start = collections.Counter()  # the counts restored at this start
         self._others = collections.Counter()  # other processes' counts since this start
-        self.across_processes = False  # whether `set_others` was ever called
         self._returns = collections.deque(maxlen=window)
         self._limits: list[tuple[str, int, threading.Event]] = []
 
@@ -64,7 +63,6 @@ class RunStats:
         `since_start`, less this one's), added to every read from now on."""
         with self._lock:
             self._others = collections.Counter(counts)
-            self.across_processes = True
 
     def snapshot(self) -> dict[str, float]:
         """All counters, plus the mean recent episode return (NaN before the first)."""
