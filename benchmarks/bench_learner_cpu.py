@@ -1,0 +1,126 @@
+"""IMPALA's learner update on this CPU under XLA's CPU options: which way runs it fastest.
+
+The update of the Pong CPU config (`impala_pong_cpu_group_norm_batch8.cfg`: shallow torso with
+GroupNorm, T=20, B=8, V-trace, RMSProp) is the bound of a full run on two cores, so its time
+per update is the time per 160 agent steps. Each variant runs in its own process (XLA reads its
+flags once, at start), all on the same synthetic batch; the variants are run in turn twice
+(A, B, ..., A, B, ...) so that drift in the machine's load hits each of them alike.
+
+    python benchmarks/bench_learner_cpu.py [--seconds 20] [--variants default,onednn,...]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import timing
+
+# name -> (XLA_FLAGS additions, extra environment). Flags checked against jaxlib 0.10.
+VARIANTS = {
+    "default": ("", {}),
+    "no_async_dispatch": ("", {"JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}),
+    "onednn": ("--xla_cpu_use_onednn=true", {}),
+    "xnnpack": ("--xla_cpu_use_xnnpack=true", {}),
+    "fast_math": ("--xla_cpu_enable_fast_math=true", {}),
+    "no_thunks": ("--xla_cpu_use_thunk_runtime=false", {}),
+    "eigen_one_thread": ("--xla_cpu_multi_thread_eigen=false", {}),
+}
+CONFIG = "experiments/configs/impala_pong_cpu_group_norm_batch8.cfg"
+
+
+def measure(seconds: float) -> dict:
+    """ms per update of the config's jitted update in this process."""
+    import jax
+    import numpy as np
+
+    from agents.impala.builder import make_network
+    from agents.impala.config import ImpalaConfig
+    from agents.impala.learner import init_state, make_optimizer, make_update
+    from agents.parallel import sharding
+    from agents.run.envs import actor_env_settings, env_info
+    from agents.run.flags import config_from_flagfile
+
+    config = config_from_flagfile(ImpalaConfig, CONFIG)
+    info = env_info(actor_env_settings(config, 0))
+    rng = np.random.default_rng(0)
+    T, B, A = config.unroll_length, config.batch_size, info.num_actions
+    batch = dict(obs=rng.integers(0, 256, (B, T + 1) + info.obs_shape, dtype=np.uint8),
+                 actions=rng.integers(0, A, (B, T)).astype(np.int32),
+                 rewards=rng.normal(size=(B, T)).astype(np.float32),
+                 discounts=np.full((B, T), 0.99, np.float32),
+                 episode_ends=np.zeros((B, T), bool), masks=np.ones((B, T), np.float32),
+                 behaviour_logits=rng.normal(size=(B, T, A)).astype(np.float32))
+    mesh = sharding.learner_mesh(jax.local_devices()[:1])
+    network = make_network(config, info)
+    state = init_state(network, make_optimizer(config), np.zeros(info.obs_shape, np.uint8),
+                       jax.random.PRNGKey(0))
+    update, zero = make_update(network, config, mesh, state.params)
+    state = zero.place_state(state, mesh)
+    times = []
+    deadline = None
+    while deadline is None or time.perf_counter() < deadline or len(times) < 5:
+        on_device = sharding.put_batch(batch, mesh)  # as the learner: a fresh batch each update
+        start = time.perf_counter()
+        state, metrics = update(state, on_device)
+        jax.block_until_ready(metrics)
+        if deadline is None:  # the first call compiles
+            deadline = time.perf_counter() + seconds
+        else:
+            times.append(time.perf_counter() - start)
+    return {"ms": 1e3 * statistics.median(times), "updates": len(times),
+            "agent_steps": T * B}
+
+
+def run_variant(name: str, seconds: float) -> dict:
+    flags, extra = VARIANTS[name]
+    env = dict(os.environ, **extra)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
+    out = subprocess.run([sys.executable, __file__, "--child", str(seconds)], env=env,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "?"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        print(json.dumps(measure(args.child)))
+        return
+    names = args.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise ValueError(f"--variants: unknown {unknown}; allowed: {sorted(VARIANTS)}")
+    results = {n: [] for n in names}
+    for _ in range(args.rounds):
+        for name in names:
+            r = run_variant(name, args.seconds)
+            print(name, r, flush=True)
+            results[name].append(r)
+    base = statistics.median(r["ms"] for r in results["default"]) if "default" in names else None
+    rows = []
+    for name in names:
+        ok = [r["ms"] for r in results[name] if "ms" in r]
+        if not ok:
+            rows.append([name, VARIANTS[name][0] or str(VARIANTS[name][1]) or "-",
+                         results[name][0]["error"][:60], "-", "-"])
+            continue
+        ms = statistics.median(ok)
+        steps = results[name][0]["agent_steps"]
+        rows.append([name, VARIANTS[name][0] or str(VARIANTS[name][1]) or "-", ms,
+                     steps / ms * 1e3, base / ms if base else "-"])
+    timing.print_table(["variant", "setting", "ms/update", "agent steps/s",
+                        "speed vs default"], rows)
+
+
+if __name__ == "__main__":
+    main()
