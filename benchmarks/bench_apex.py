@@ -136,7 +136,8 @@ def learner_part(seconds):
     bare_ups = count / (time.perf_counter() - start)
 
     # Full: the learner's own threads, sampling, transferring and writing priorities back.
-    learner = ApexLearner(config, network, replay, ParamServer(), state, mesh)
+    learner = ApexLearner(config, network, replay, ParamServer(), state, mesh,
+                          rate_limiter=replay.rate_limiter)
     stop = threading.Event()
     threads = [threading.Thread(target=f, args=(stop,)) for f in (learner.prefetch, learner.run)]
     for t in threads:

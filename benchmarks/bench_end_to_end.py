@@ -22,13 +22,11 @@ target: full / limit >= 0.9.
 import csv
 import dataclasses
 import os
-import queue
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import timing
@@ -80,15 +78,12 @@ def parts(agent_name: str, config, seconds: float) -> tuple[float, float]:
     stats, runner = RunStats(), ThreadRunner()
     kept: list = []
     if agent_name == "impala":
-        unrolls = agent.runtime.replay
+        unrolls = agent.runtime.channel
 
         def drain(stop):  # keeps the newest unrolls for the learner's turn
-            while not stop.is_set():
-                try:
-                    kept.append(unrolls.get(timeout=0.1))
-                    del kept[:-config.queue_size]
-                except queue.Empty:
-                    pass
+            while (unroll := unrolls.get_batch(1, stop)) is not None:
+                kept.append(unroll)
+                del kept[:-config.queue_size]
 
         runner.start("drain", drain)
     runner.start("actors", lambda stop: agent.runtime.run_actors(agent.param_server, stats,
@@ -100,12 +95,8 @@ def parts(agent_name: str, config, seconds: float) -> tuple[float, float]:
     if agent_name == "impala":
         def feed(stop):  # the kept unrolls, round and round
             i = 0
-            while not stop.is_set():
-                try:
-                    agent.runtime.replay.put(kept[i % len(kept)], timeout=0.1)
-                    i += 1
-                except queue.Full:
-                    pass
+            while agent.runtime.channel.put(kept[i % len(kept)], stop):
+                i += 1
 
         learner_runner.start("feed", feed)
     for name, target in agent.learner.threads():

@@ -11,7 +11,6 @@
     python benchmarks/bench_impala.py [--parts actor,learner,cartpole] [--seconds 20]
 """
 
-import queue
 import statistics
 import threading
 import time
@@ -41,11 +40,8 @@ def full_actor_fps(config, info, policy, server, seconds):
     actor, = make_actors(config, info, policy, unrolls, server, stats)  # as the agent's
 
     def drain(stop):  # a learner that never makes the actor wait
-        while not stop.is_set():
-            try:
-                unrolls.get(timeout=0.1)
-            except queue.Empty:
-                pass
+        while unrolls.get_batch(1, stop) is not None:
+            pass
 
     threads = [threading.Thread(target=f, args=(stop,)) for f in (actor.run, drain)]
     for t in threads:

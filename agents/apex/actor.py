@@ -12,9 +12,9 @@ from typing import Any, Callable
 import numpy as np
 
 from agents.apex.nstep import NStepBuilder
+from agents.run.interfaces import TransitionWriter
 from agents.run.param_server import ParamServer
 from agents.run.stats import EpisodeReturns, RunStats
-from replay.prioritized import PrioritizedReplay
 
 
 def exploration_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -53,7 +53,7 @@ class ApexActor:
       policy: jitted `(params, obs [B, ...]) -> q [B, A]`.
       epsilons: `[num_envs]` this actor's exploration rates.
       builder: the actor's n-step transition builder.
-      replay: the shared replay.
+      replay: where transitions go: the shared replay, or a writer to a Ray shard of it.
       param_server: source of parameters.
       stats: shared counters (env_steps, episodes and returns).
       local_buffer_size: transitions gathered before one replay add.
@@ -63,7 +63,7 @@ class ApexActor:
     """
 
     def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
-                 epsilons: np.ndarray, builder: NStepBuilder, replay: PrioritizedReplay,
+                 epsilons: np.ndarray, builder: NStepBuilder, replay: TransitionWriter,
                  param_server: ParamServer, stats: RunStats, local_buffer_size: int,
                  update_period: int, seed: Any, device_index: int = 0):
         self.actor_id = actor_id

@@ -16,7 +16,7 @@ from agents.apex.replay import make_replay
 from agents.apex.spec import SPEC
 from agents.run.actor_threads import ActorThreads
 from agents.run.agent import Agent
-from agents.run.interfaces import Runtime
+from agents.run.interfaces import Runtime, TransitionReplay
 
 
 class ApexAgent(Agent):
@@ -32,9 +32,9 @@ class ApexAgent(Agent):
     config: ApexConfig
 
     @property
-    def replay(self) -> Any:
+    def replay(self) -> TransitionReplay:
         """The replay the actors write to and the learner samples (sharded on Ray)."""
-        return self.runtime.replay
+        return self.runtime.channel
 
     def make_network(self):
         return make_network(self.config, self.info)
@@ -53,18 +53,20 @@ class ApexAgent(Agent):
             return [make_actor(config, info, i, self.policy, replay, param_server, stats)
                     for i in range(config.num_actors)]
 
-        return ActorThreads(replay, actors, release=replay.close,
-                            status=lambda: dict(replay_size=len(replay)))
+        return ActorThreads(replay, actors, status=lambda: dict(replay_size=len(replay)))
 
     def init_state(self, key: jax.Array):
         return init_state(self.network, make_optimizer(self.config), self.sample_obs(), key)
 
     def make_learner(self, state) -> ApexLearner:
         config = self.config
-        # A sample from Ray's shards waits on round trips; keep several requests in flight.
-        samplers = config.ray_samples_in_flight if config.backend == "ray" else 1
+        # A sample from Ray's shards waits on round trips: keep several requests in flight.
+        # Each shard's replay holds its own rate limiter there.
+        if config.backend == "ray":
+            return ApexLearner(config, self.network, self.replay, self.param_server, state,
+                               self.mesh, samplers=config.ray_samples_in_flight)
         return ApexLearner(config, self.network, self.replay, self.param_server, state,
-                           self.mesh, samplers)
+                           self.mesh, rate_limiter=self.replay.rate_limiter)
 
     def eval_scores(self) -> Callable:
         return self.policy

@@ -21,8 +21,10 @@ from agents.apex.losses import apex_loss, double_q_td_errors
 from agents.parallel import sharding
 from agents.parallel.zero import ZeroOptimizer, canonical_opt_state
 from agents.run.divergence import describe, health
+from agents.run.interfaces import TransitionReplay
 from agents.run.param_server import ParamServer
-from replay.prioritized import PrioritizedReplay, Sample
+from replay.prioritized import Sample
+from replay.rate_limiter import MinSize
 
 
 class TrainingState(NamedTuple):
@@ -102,20 +104,22 @@ class ApexLearner:
     Args:
       config: the run's settings.
       network: the Q-network.
-      replay: the shared prioritized replay.
+      replay: the shared prioritized replay (in this process, or sharded over Ray workers).
       param_server: where parameters are published for the actors.
       state: initial (or restored) `TrainingState`.
       mesh: the learner devices.
       samplers: sampler threads, each with one batch request in flight (more than one only
         pays where a sample waits on the network: replay shards on Ray).
+      rate_limiter: the replay's rate limiter, whose waits the metrics report (None: not
+        visible here; each Ray shard's replay owns its own).
     """
 
-    def __init__(self, config: ApexConfig, network: nn.Module, replay: PrioritizedReplay,
+    def __init__(self, config: ApexConfig, network: nn.Module, replay: TransitionReplay,
                  param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh,
-                 samplers: int = 1):
+                 samplers: int = 1, rate_limiter: MinSize | None = None):
         sharding.check_divisible(config.batch_size, mesh)
         self.config, self.replay, self.param_server, self.mesh = config, replay, param_server, mesh
-        self.samplers = samplers
+        self.samplers, self.rate_limiter = samplers, rate_limiter
         self._update, self._zero = make_update(network, config, mesh, state.params)
         self.state = self._zero.place_state(state, mesh)
         self._batches: queue.Queue = queue.Queue(maxsize=max(2, samplers))
@@ -201,7 +205,7 @@ class ApexLearner:
         included), waiting for a batch, and the time the rate limiter held the actors and the
         learner back."""
         waits = dict(sample_s=self.waits["sample_s"], learner_wait_s=self.waits["batch_s"])
-        limiter = self.replay.rate_limiter
+        limiter = self.rate_limiter
         if limiter is not None:
             waits.update(actors_throttled_s=limiter.waited_s["insert"],
                          learner_throttled_s=limiter.waited_s["sample"])

@@ -143,7 +143,7 @@ class RayBackend:
             if isinstance(e, RayActorError):  # its constructor raised, or its process died
                 raise RuntimeError(f"a replay shard failed to start:\n{e}") from e
             raise
-        self.replay = ShardedReplay(self.shards, config.importance_exponent,
+        self.channel = ShardedReplay(self.shards, config.importance_exponent,
                                     run_seeds(config).shard_split())
         self.workers: dict[int, Any] = {}
         self._runs: dict[Any, int] = {}  # run() ref -> actor id
@@ -219,14 +219,14 @@ class RayBackend:
         for worker in self.workers.values():
             ray.kill(worker)
         self.workers, self._runs = {}, {}
-        self.replay.close()  # wakes a sample waiting on a shard's rate limiter
+        self.channel.close()  # wakes a sample waiting on a shard's rate limiter
 
     def release(self) -> None:
         """Wakes a sample waiting on a shard's rate limiter: the run is stopping."""
-        self.replay.close()
+        self.channel.close()
 
     def status(self) -> dict[str, float]:
-        return dict(replay_size=len(self.replay), actor_restarts=sum(self._restarts))
+        return dict(replay_size=len(self.channel), actor_restarts=sum(self._restarts))
 
     def close(self) -> None:
         """Ends the shards (after the final checkpoint) and a cluster this run started."""

@@ -52,8 +52,6 @@ class ShardedReplay:
       seed: seed of the split of each batch over the shards (for `np.random.default_rng`).
     """
 
-    rate_limiter = None  # each shard's replay owns its own
-
     def __init__(self, shards: list, beta: float, seed: Any):
         self.shards, self.beta = shards, beta
         self._rng = np.random.default_rng(seed)

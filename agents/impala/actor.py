@@ -5,7 +5,6 @@ parameters it last pulled), records its logits with each step, and sends fixed-l
 into a bounded queue; when the learner falls behind, the actor waits instead of piling up data.
 """
 
-import queue
 import threading
 from typing import Callable
 
@@ -13,7 +12,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from agents.impala.unroll import UnrollBuilder, Unrolls
+from agents.impala.unroll import UnrollBuilder
+from agents.impala.unroll_queue import UnrollQueue
 from agents.run.param_server import ParamServer
 from agents.run.stats import EpisodeReturns, RunStats
 
@@ -30,22 +30,6 @@ def make_policy(network: nn.Module) -> Callable:
     return policy
 
 
-def put_until_stopped(q: queue.Queue, item, stop: threading.Event) -> bool:
-    """Blocks while `q` is full (backpressure); gives up when the run stops. True if put."""
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-def split_unrolls(unrolls: Unrolls) -> list[Unrolls]:
-    """One `Unrolls` of K=1 per completed unroll, so the queue bounds unrolls, not groups."""
-    return [Unrolls(*(field[k:k + 1] for field in unrolls)) for k in range(len(unrolls.env_ids))]
-
-
 class ImpalaActor:
     """One actor thread over one envpool instance.
 
@@ -54,7 +38,7 @@ class ImpalaActor:
       make_env: returns this actor's envpool env (gymnasium API, async).
       policy: from `make_policy`.
       builder: the actor's unroll builder.
-      unrolls: the bounded queue to the learner.
+      unrolls: the channel to the learner (`UnrollQueue`, or `UnrollReplay` with its replay).
       param_server: source of parameters; read before every step (a reference read).
       stats: shared counters (env_steps, episodes and returns).
       seed: seed of the sampling key.
@@ -65,7 +49,7 @@ class ImpalaActor:
     """
 
     def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
-                 builder: UnrollBuilder, unrolls: queue.Queue, param_server: ParamServer,
+                 builder: UnrollBuilder, unrolls: UnrollQueue, param_server: ParamServer,
                  stats: RunStats, seed: int, device_index: int = 0, refresh_period: int = 1):
         if refresh_period < 1:
             raise ValueError(f"refresh_period must be >= 1, got {refresh_period}")
@@ -83,11 +67,7 @@ class ImpalaActor:
         done = self._builder.step(env_ids, obs, reward, terminated, truncated, actions, logits,
                                   version)
         returns.step(env_ids, reward, terminated | truncated)
-        if done is not None:
-            for unroll in split_unrolls(done):
-                if not put_until_stopped(self._unrolls, unroll, stop):
-                    return False
-        return True
+        return done is None or self._unrolls.put(done, stop)
 
     def run(self, stop: threading.Event) -> None:
         """Acts until `stop`. Each recv batch is recorded while the policy computes the next

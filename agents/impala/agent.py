@@ -20,6 +20,7 @@ from agents.impala.builder import (
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import ImpalaLearner, init_state, make_optimizer
 from agents.impala.spec import SPEC
+from agents.impala.unroll_queue import UnrollQueue
 from agents.parallel import distributed
 from agents.run.actor_threads import ActorThreads
 from agents.run.agent import Agent
@@ -39,9 +40,9 @@ class ImpalaAgent(Agent):
     config: ImpalaConfig
 
     @property
-    def unrolls(self):
-        """The actor-to-learner queue of unrolls."""
-        return self.runtime.replay
+    def unrolls(self) -> UnrollQueue:
+        """The actor-to-learner channel of unrolls."""
+        return self.runtime.channel
 
     def make_network(self):
         return make_network(self.config, self.info)
@@ -50,7 +51,7 @@ class ImpalaAgent(Agent):
         config, info, policy = self.config, self.info, make_policy(self.network)
         unrolls = make_queue(config)
         return ActorThreads(unrolls, functools.partial(make_actors, config, info, policy,
-                                                       unrolls))
+                                                       unrolls), status=unrolls.status)
 
     def learner_devices(self) -> list:
         if jax.process_count() > 1:  # one learner over every process's learner devices
@@ -69,4 +70,4 @@ class ImpalaAgent(Agent):
         return jax.jit(lambda params, obs: SPEC.scores(self.network.apply(params, obs)))
 
     def status(self) -> dict[str, float]:
-        return dict(queue=self.unrolls.qsize(), policy_lag=self.learner.lag["policy_lag_mean"])
+        return self.runtime.status() | dict(policy_lag=self.learner.lag["policy_lag_mean"])

@@ -4,13 +4,13 @@ Espeholt et al. 2018 (arXiv:1802.01561). The threaded runtime (`agents.run.actor
 the actors built here.
 """
 
-import queue
 from typing import Callable
 
 from agents.impala.actor import ImpalaActor
 from agents.impala.config import ImpalaConfig
 from agents.impala.network import PolicyValueNetwork
 from agents.impala.unroll import UnrollBuilder
+from agents.impala.unroll_queue import UnrollQueue
 from agents.run.envs import EnvInfo, actor_env_settings, make_env
 from agents.run.param_server import ParamServer
 from agents.run.seeds import global_actor, run_seeds
@@ -31,12 +31,12 @@ def make_unroll_builder(config: ImpalaConfig, info: EnvInfo, num_envs: int,
                          info.obs_dtype, info.num_actions, check_inputs=check_inputs)
 
 
-def make_queue(config: ImpalaConfig) -> queue.Queue:
+def make_queue(config: ImpalaConfig) -> UnrollQueue:
     """The bounded actor-to-learner queue of single unrolls (backpressure)."""
-    return queue.Queue(maxsize=config.queue_size)
+    return UnrollQueue(config.queue_size)
 
 
-def make_actors(config: ImpalaConfig, info: EnvInfo, policy: Callable, unrolls: queue.Queue,
+def make_actors(config: ImpalaConfig, info: EnvInfo, policy: Callable, unrolls: UnrollQueue,
                 param_server: ParamServer, stats: RunStats) -> list[ImpalaActor]:
     """This process's actors; with several processes their envs and keys are the run-wide
     actors' (`agents.run.seeds.global_actor`)."""

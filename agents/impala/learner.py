@@ -5,9 +5,7 @@ from the actors' queue as they come, corrects the policy lag with V-trace, and p
 parameters back to the actors.
 """
 
-import queue
 import threading
-import time
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -18,7 +16,7 @@ import optax
 
 from agents.impala.config import ImpalaConfig
 from agents.impala.losses import impala_loss
-from agents.impala.unroll import Unrolls, stack_unrolls
+from agents.impala.unroll_queue import UnrollQueue
 from agents.parallel import sharding, step_counts
 from agents.parallel.zero import ZeroOptimizer, canonical_opt_state
 from agents.run.divergence import DivergenceWatch, health
@@ -124,7 +122,9 @@ class ImpalaLearner:
     Args:
       config: the run's settings.
       network: the policy-value network.
-      unrolls: the bounded queue the actors put single unrolls (`Unrolls` with K=1) into.
+      unrolls: the channel the actors put unrolls into (`UnrollQueue`; `UnrollReplay` mixes
+        replayed unrolls into each batch); the learner takes this process's share of each
+        batch from it (dynamic batching).
       param_server: where parameters are published for the actors.
       state: initial (or restored) `TrainingState`.
       mesh: the learner devices (across processes with `jax.distributed`).
@@ -133,7 +133,7 @@ class ImpalaLearner:
         processes' env steps and episodes to them (None: not counted across processes).
     """
 
-    def __init__(self, config: ImpalaConfig, network: nn.Module, unrolls: queue.Queue,
+    def __init__(self, config: ImpalaConfig, network: nn.Module, unrolls: UnrollQueue,
                  param_server: ParamServer, state: TrainingState, mesh: jax.sharding.Mesh,
                  unroll_spec: dict, stats: RunStats | None = None):
         sharding.check_divisible(config.batch_size, mesh)
@@ -155,7 +155,6 @@ class ImpalaLearner:
         # The lag of every step this learner has trained on (this start of the run), for
         # its distribution over the run rather than one batch's snapshot.
         self.lag_counts = np.zeros(1, np.int64)
-        self.wait_s = 0.0
         # Whether the loss and parameters stay finite, read without a device sync per update.
         self._watch = DivergenceWatch()
         self.diverged: str | None = None  # what went non-finite, at which update
@@ -163,19 +162,6 @@ class ImpalaLearner:
     def threads(self) -> list[tuple[str, Any]]:
         """One thread: dynamic batching and updates."""
         return [("learner", self.run)]
-
-    def _next_batch(self, stop: threading.Event) -> Unrolls | None:
-        """Dynamic batching: this process's share of the next batch, whichever actors sent it."""
-        parts = []
-        start = time.perf_counter()
-        while len(parts) < self.local_batch_size:
-            try:
-                parts.append(self.unrolls.get(timeout=0.1))
-            except queue.Empty:
-                if stop.is_set():
-                    return None
-        self.wait_s += time.perf_counter() - start
-        return stack_unrolls(parts)
 
     def _stop_everywhere(self, stop: threading.Event) -> bool:
         """Whether any process asked to stop; every process learns it at the same update, so
@@ -207,7 +193,7 @@ class ImpalaLearner:
 
     def _train(self, stop: threading.Event) -> None:
         while not self._stop_everywhere(stop):
-            batch = self._next_batch(stop)
+            batch = self.unrolls.get_batch(self.local_batch_size, stop)
             if batch is None:
                 if jax.process_count() == 1:
                     return
@@ -247,4 +233,4 @@ class ImpalaLearner:
         waited for unrolls."""
         metrics = sharding.local_copy(self.metrics)
         return ({k: float(v) for k, v in metrics.items()} | self.lag
-                | dict(learner_wait_s=self.wait_s))
+                | dict(learner_wait_s=self.unrolls.waited_s))

@@ -2,9 +2,9 @@
 threads; JAX releases the GIL inside the jitted policy)."""
 
 import threading
-from typing import Any, Callable
+from typing import Callable
 
-from agents.run.interfaces import Actor
+from agents.run.interfaces import Actor, Channel
 from agents.run.param_server import ParamServer
 from agents.run.runner import StopEvent, ThreadRunner
 from agents.run.stats import RunStats
@@ -16,17 +16,17 @@ class ActorThreads:
     """A `Runtime` whose actors are threads of this process.
 
     Args:
-      replay: what the actors write to and the learner reads (a replay or an unroll queue).
+      channel: what the actors write to and the learner reads (`agents.run.interfaces`);
+        closed when the run stops, which wakes whatever waits on it.
       make_actors: `(param_server, stats) -> [Actor]`, called once per run.
-      release: wakes whatever waits on `replay` when the run stops (e.g. `replay.close`).
       status: values for the progress line (e.g. the replay's size).
     """
 
-    def __init__(self, replay: Any, make_actors: Callable[[ParamServer, RunStats], list[Actor]],
-                 release: Callable[[], None] = lambda: None,
+    def __init__(self, channel: Channel,
+                 make_actors: Callable[[ParamServer, RunStats], list[Actor]],
                  status: Callable[[], dict[str, float]] = dict):
-        self.replay = replay
-        self._make_actors, self._release, self._status = make_actors, release, status
+        self.channel = channel
+        self._make_actors, self._status = make_actors, status
 
     def run_actors(self, param_server: ParamServer, stats: RunStats,
                    stop: threading.Event) -> None:
@@ -44,7 +44,7 @@ class ActorThreads:
             actors.stop()
 
     def release(self) -> None:
-        self._release()
+        self.channel.close()
 
     def status(self) -> dict[str, float]:
         return self._status()

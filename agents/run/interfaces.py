@@ -1,15 +1,18 @@
 """The parts of an agent, written down: what the shared run sequence (`agents.run.agent`) needs
-from each agent's learner, actors, replay and runtime (as Acme's `core.py` does, without its
+from each agent's learner, actors, channel and runtime (as Acme's `core.py` does, without its
 depth). They are `typing.Protocol`s: the agents' classes match them by shape, not by base class.
 
-    envpool -> Actor -+-> Ape-X: ReplayWriter (the prioritized replay) ----+-> Learner
-                 ^    +-> IMPALA: bounded queue.Queue of single unrolls ---+      |
-                 |                                                                |
-                 +----------------- ParamServer (versioned parameters) <----------+
+    envpool -> Actor -+-> Ape-X: TransitionReplay (prioritized; local or sharded) -+-> Learner
+                 ^    +-> IMPALA: UnrollChannel (a queue of unrolls, or with replay) -+     |
+                 |                                                                          |
+                 +-------------------- ParamServer (versioned parameters) <-----------------+
 
-Ape-X's actors write transitions to a `ReplayWriter`; IMPALA's actors put single unrolls into a
-bounded `queue.Queue` (`agents.impala.builder.make_queue`), waiting while it is full, and the
-learner takes them from it: no `ReplayWriter` is involved.
+The `Channel` is what the actors write to and the learner reads: Ape-X's prioritized replay
+(`replay.prioritized.PrioritizedReplay` in this process, `agents.apex.sharded_replay` over Ray
+shards), whose actors `add` transitions and whose learner samples them; IMPALA's bounded queue of
+unrolls (`agents.impala.unroll_queue`) or the same queue with a replay of past unrolls mixed into
+each batch (`agents.impala.unroll_replay`), whose actors `put` unrolls and whose learner takes
+batches of them (`get_batch`). Every channel can be closed, which wakes whatever waits on it.
 
 A `Runtime` is where the actors (and the replay) run: threads of this process, or a Ray
 cluster; the agent picks one once, and the run sequence treats them alike.
@@ -46,26 +49,62 @@ class Actor(Protocol):
         """Acts until `stop` is set."""
 
 
-class ReplayWriter(Protocol):
-    """Where an Ape-X actor writes: the replay, a shard of it, or a writer to a remote shard.
-    A write waits while the replay's rate limiter holds the actors back."""
+class Channel(Protocol):
+    """What an agent's actors write to and its learner reads."""
+
+    def close(self) -> None:
+        """Wakes every write and read waiting on the channel: the run is stopping. Writes and
+        reads after it return at once (adding and returning nothing)."""
+
+
+class TransitionWriter(Protocol):
+    """Where an Ape-X actor writes: the replay, or a writer to a remote shard of it. A write
+    waits while the replay's rate limiter holds the actors back."""
 
     def add(self, transitions: dict, priorities: Any, streams: Any) -> Any:
         """Adds a batch `[B, ...]` with initial priorities `[B]` of env streams `[B]`."""
 
 
-class Runtime(Protocol):
-    """Where the actors run; `replay` is what they write to and the learner reads (Ape-X's
-    replay, IMPALA's bounded `queue.Queue` of unrolls)."""
+class TransitionReplay(Channel, Protocol):
+    """Ape-X's channel as the learner sees it: a prioritized replay (Schaul et al. 2016) it
+    samples and sends new priorities to. In this process it is also the actors'
+    `TransitionWriter`; on Ray each actor worker writes to its own shard."""
 
-    replay: Any
+    def sample(self, batch_size: int) -> Any:
+        """A prioritized `Sample` of `batch_size` transitions, or None once closed."""
+
+    def update_priorities(self, ids: Any, priorities: Any) -> Any:
+        """New priorities `[B]` for the sampled ids `[B]`."""
+
+
+class UnrollChannel(Channel, Protocol):
+    """IMPALA's channel: unrolls of T steps from the actors, batches of them to the learner."""
+
+    waited_s: float  # cumulative seconds `get_batch` waited for unrolls
+
+    def put(self, unrolls: Any, stop: threading.Event) -> bool:
+        """Adds K unrolls (`Unrolls`, fields `[K, ...]`), waiting while the channel is full;
+        False if `stop` was set or the channel closed first."""
+
+    def get_batch(self, size: int, stop: threading.Event) -> Any:
+        """`size` unrolls stacked (`Unrolls`, fields `[size, ...]`), or None if `stop` was set or
+        the channel closed before they were all there."""
+
+    def status(self) -> dict[str, float]:
+        """Values for the progress line and the metrics (unrolls waiting, replay size, ...)."""
+
+
+class Runtime(Protocol):
+    """Where the actors run; `channel` is what they write to and the learner reads."""
+
+    channel: Channel
 
     def run_actors(self, param_server: ParamServer, stats: RunStats,
                    stop: threading.Event) -> None:
         """A thread target: runs every actor until `stop`, raising the first actor failure."""
 
     def release(self) -> None:
-        """Wakes whatever waits on the replay: the run is stopping (quick, thread-safe)."""
+        """Wakes whatever waits on the channel: the run is stopping (quick, thread-safe)."""
 
     def status(self) -> dict[str, float]:
         """Values for the progress line and the metrics (replay size, restarts, ...)."""

@@ -7,7 +7,6 @@ cannot show (its reward is 1 at every step, and its observations are tiny): a fr
 with the wrong action, or a reward with the wrong step, would only show on a game.
 """
 
-import queue
 import threading
 
 import dataclasses
@@ -73,10 +72,10 @@ def test_impala_unrolls_on_pong_are_the_games_own_frames_and_rewards():
                                                                  info.obs_dtype)))
     unrolls = make_queue(dataclasses.replace(config, queue_size=64))
     [actor] = make_actors(config, info, make_policy(network), unrolls, server, RunStats())
-    run_actor(actor, lambda: unrolls.qsize() >= 4 * 3)
+    run_actor(actor, lambda: len(unrolls) >= 4 * 3)
     by_env: dict[int, list] = {}
-    while not unrolls.empty():
-        unroll = unrolls.get()
+    while len(unrolls):
+        unroll = unrolls.get_batch(1, threading.Event())
         by_env.setdefault(int(unroll.env_ids[0]), []).append(unroll)
     for env_index, parts in by_env.items():
         assert all(p.masks.all() for p in parts)  # no episode end: every step is real

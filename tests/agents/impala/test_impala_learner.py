@@ -1,20 +1,15 @@
-"""The IMPALA learner update over 4 faked devices equals one device; the queue backpressure."""
+"""The IMPALA learner update over 4 faked devices equals one device; the lag histogram."""
 
 import dataclasses
-import queue
-import threading
-import time
 
 import jax
 import numpy as np
 import pytest
 
-from agents.impala.actor import put_until_stopped, split_unrolls
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import count_lags, init_state, make_optimizer, make_update
 from agents.impala.losses import impala_loss
 from agents.impala.network import PolicyValueNetwork
-from agents.impala.unroll import Unrolls, stack_unrolls
 from agents.parallel import sharding
 
 T, A = 5, 3
@@ -95,37 +90,6 @@ def test_learning_rate_anneals_linearly_to_zero():
     state_6, _ = run_updates(config, jax.devices()[:1], batches)
     # After total_updates = 4 the rate is 0: further updates leave the parameters unchanged.
     jax.tree.map(np.testing.assert_array_equal, state_4.params, state_6.params)
-
-
-def test_bounded_queue_applies_backpressure_and_releases_at_shutdown():
-    q = queue.Queue(maxsize=2)
-    stop = threading.Event()
-    assert put_until_stopped(q, 1, stop) and put_until_stopped(q, 2, stop)
-    result = []
-    producer = threading.Thread(target=lambda: result.append(put_until_stopped(q, 3, stop)))
-    producer.start()
-    time.sleep(0.3)
-    assert producer.is_alive() and q.qsize() == 2  # waiting, not growing
-    assert q.get() == 1  # the consumer makes room: the producer gets through
-    producer.join(timeout=2)
-    assert result == [True] and q.qsize() == 2
-    blocked = threading.Thread(target=lambda: result.append(put_until_stopped(q, 4, stop)))
-    blocked.start()
-    time.sleep(0.2)
-    stop.set()  # shutdown while full: the producer gives up instead of hanging
-    blocked.join(timeout=2)
-    assert not blocked.is_alive() and result == [True, False]
-
-
-def test_split_and_stack_round_trip():
-    rng = np.random.default_rng(2)
-    fields = random_unrolls(rng, 3)
-    unrolls = Unrolls(**fields, param_versions=np.zeros((3, T), np.int64),
-                      env_ids=np.arange(3, dtype=np.int64))
-    parts = split_unrolls(unrolls)
-    assert len(parts) == 3 and parts[1].obs.shape == (1, T + 1, 4)
-    for a, b in zip(stack_unrolls(parts), unrolls):
-        np.testing.assert_array_equal(a, b)
 
 
 def test_the_lag_histogram_counts_every_step_of_every_batch():

@@ -20,7 +20,6 @@ from agents.impala.actor import make_policy
 from agents.impala.builder import make_actors, make_network, make_queue
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import init_state, make_optimizer, make_update
-from agents.impala.unroll import stack_unrolls
 from agents.parallel import sharding
 from agents.run.envs import actor_env_settings, env_info
 from agents.run.param_server import ParamServer
@@ -48,14 +47,14 @@ def pong():
     thread.start()
     try:
         for _ in range(2400):
-            if queue.qsize() >= NUM_UNROLLS or not thread.is_alive():
+            if len(queue) >= NUM_UNROLLS or not thread.is_alive():
                 break
             stop.wait(0.05)
     finally:
         stop.set()
         thread.join(30)
-    assert queue.qsize() >= NUM_UNROLLS, "the actor made too few unrolls within 2 minutes"
-    unrolls = stack_unrolls([queue.get() for _ in range(NUM_UNROLLS)])
+    assert len(queue) >= NUM_UNROLLS, "the actor made too few unrolls within 2 minutes"
+    unrolls = queue.get_batch(NUM_UNROLLS, threading.Event())
     params = network.init(jax.random.PRNGKey(1), sample)  # pi: the learner's, not mu
     return network, params, unrolls
 
