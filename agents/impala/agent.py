@@ -14,13 +14,14 @@ from agents.impala.actor import make_policy
 from agents.impala.builder import (
     make_actors,
     make_network,
-    make_queue,
+    make_channel,
     make_unroll_builder,
 )
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import ImpalaLearner, init_state, make_optimizer
 from agents.impala.spec import SPEC
 from agents.impala.unroll_queue import UnrollQueue
+from agents.impala.unroll_replay import UnrollReplay
 from agents.parallel import distributed
 from agents.run.actor_threads import ActorThreads
 from agents.run.agent import Agent
@@ -40,7 +41,7 @@ class ImpalaAgent(Agent):
     config: ImpalaConfig
 
     @property
-    def unrolls(self) -> UnrollQueue:
+    def unrolls(self) -> UnrollQueue | UnrollReplay:
         """The actor-to-learner channel of unrolls."""
         return self.runtime.channel
 
@@ -49,7 +50,7 @@ class ImpalaAgent(Agent):
 
     def make_runtime(self) -> Runtime:
         config, info, policy = self.config, self.info, make_policy(self.network)
-        unrolls = make_queue(config)
+        unrolls = make_channel(config, info)
         return ActorThreads(unrolls, functools.partial(make_actors, config, info, policy,
                                                        unrolls), status=unrolls.status)
 

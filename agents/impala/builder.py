@@ -6,11 +6,16 @@ the actors built here.
 
 from typing import Callable
 
+import jax
+import numpy as np
+
 from agents.impala.actor import ImpalaActor
 from agents.impala.config import ImpalaConfig
 from agents.impala.network import PolicyValueNetwork
 from agents.impala.unroll import UnrollBuilder
 from agents.impala.unroll_queue import UnrollQueue
+from agents.impala.unroll_replay import UnrollReplay
+from agents.run import host_memory
 from agents.run.envs import EnvInfo, actor_env_settings, make_env
 from agents.run.param_server import ParamServer
 from agents.run.seeds import global_actor, run_seeds
@@ -34,6 +39,26 @@ def make_unroll_builder(config: ImpalaConfig, info: EnvInfo, num_envs: int,
 def make_queue(config: ImpalaConfig) -> UnrollQueue:
     """The bounded actor-to-learner queue of single unrolls (backpressure)."""
     return UnrollQueue(config.queue_size)
+
+
+def make_channel(config: ImpalaConfig, info: EnvInfo) -> UnrollQueue | UnrollReplay:
+    """The run's actor-to-learner channel: the queue, or with `replay_proportion > 0` the queue
+    with a replay of `replay_unrolls` unrolls (checked against this host's free memory now,
+    not found by the OOM killer once the memory fills)."""
+    unrolls = make_queue(config)
+    if config.replay_proportion == 0:
+        return unrolls
+    per_unroll = ((config.unroll_length + 1) * int(np.prod(info.obs_shape))
+                  * np.dtype(info.obs_dtype).itemsize
+                  + config.unroll_length * (4 * info.num_actions + 25))  # logits, the rest
+    needed, available = config.replay_unrolls * per_unroll, host_memory.available_bytes()
+    if available is not None and needed > available:
+        raise ValueError(
+            f"replay_unrolls={config.replay_unrolls} needs {needed / 2**30:.1f} GiB "
+            f"({per_unroll / 2**20:.2f} MiB an unroll) but this host has "
+            f"{available / 2**30:.1f} GiB free; use a smaller replay_unrolls")
+    seed = run_seeds(config).sampler(jax.process_index())
+    return UnrollReplay(unrolls, config.replay_unrolls, config.replay_proportion, seed)
 
 
 def make_actors(config: ImpalaConfig, info: EnvInfo, policy: Callable, unrolls: UnrollQueue,

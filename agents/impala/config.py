@@ -24,6 +24,10 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
       unroll_length: T, steps per unroll.
       batch_size: unrolls per learner update, split over the learner devices.
       queue_size: unrolls the actor-to-learner queue holds before actors wait.
+      replay_proportion: share of each batch replayed from a memory of recent unrolls, in
+        [0, 1) (0: no replay; the paper's experiments "with replay", Sec. 5.2.2, mix fresh and
+        replayed unrolls; `agents.impala.unroll_replay`).
+      replay_unrolls: unrolls the replay memory holds (used when replay_proportion > 0).
       discount: gamma.
       baseline_cost: weight of the value loss.
       entropy_cost: weight of the entropy bonus.
@@ -52,6 +56,8 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
     unroll_length: int = 20
     batch_size: int = 32
     queue_size: int = 64
+    replay_proportion: float = 0.0
+    replay_unrolls: int = 10_000
     discount: float = 0.99
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
@@ -72,7 +78,8 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
 
     RESUME_MAY_CHANGE = (RunConfig.RESUME_MAY_CHANGE | OptimizerConfig.RESUME_MAY_CHANGE
                          | MultiProcessConfig.RESUME_MAY_CHANGE | {
-                             "unroll_length", "batch_size", "queue_size", "discount",
+                             "unroll_length", "batch_size", "queue_size", "replay_proportion",
+                             "replay_unrolls", "discount",
                              "baseline_cost", "entropy_cost", "reduction", "rho_bar", "c_bar",
                              "pg_rho_bar", "lambda_", "correction", "publish_period",
                              "actor_refresh_period", "eval_action"})
@@ -81,13 +88,15 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
         super().__post_init__()
         check_fields(
             self,
-            positive=("unroll_length", "batch_size", "queue_size", "publish_period",
-                      "actor_refresh_period"),
+            positive=("unroll_length", "batch_size", "queue_size", "replay_unrolls",
+                      "publish_period", "actor_refresh_period"),
             non_negative=("baseline_cost", "entropy_cost", "rho_bar", "c_bar", "pg_rho_bar"),
             unit_interval=("discount", "lambda_"), choices=(("reduction", REDUCTIONS),
                                                         ("correction", CORRECTIONS),
                                                         ("eval_action", EVAL_ACTIONS)),
-            finite=("baseline_cost", "entropy_cost"))
+            finite=("baseline_cost", "entropy_cost", "replay_proportion"))
+        if not 0.0 <= self.replay_proportion < 1.0:
+            raise ValueError(f"replay_proportion must be in [0, 1), got {self.replay_proportion}")
         self.check_optimizer()
         self.check_processes(self.batch_size, self.zero_stage)
         if self.c_bar > self.rho_bar:
