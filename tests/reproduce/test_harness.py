@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import run_and_evaluate
+from agents.run.logger import read_metrics
 from conftest import REPRODUCE
 
 ROOT = os.path.dirname(os.path.dirname(REPRODUCE))
@@ -101,17 +102,41 @@ def test_ablation_flags_and_summary():
                     trace_product=0.5, rho=1.0, max_behaviour_kl=0.2, min_entropy=0.5,
                     collapsed=float(final < 100))
 
-    results = {("vtrace", 1, None): [fake(100.0, [10, 30]), fake(200.0, [20, 40])],
-               ("none", 1, None): [fake(50.0, [5, 15])]}
-    assert vtrace_ablation.run_scores(results[("vtrace", 1, None)][0]) == (100.0, 20.0)
+    results = {("vtrace", 1, None, 0.0): [fake(100.0, [10, 30]), fake(200.0, [20, 40])],
+               ("none", 1, None, 0.0): [fake(50.0, [5, 15])]}
+    assert vtrace_ablation.run_scores(results[("vtrace", 1, None, 0.0)][0]) == (100.0, 20.0)
     table, cells = vtrace_ablation.summarize(results, ["vtrace", "none"], [1], [None])
     assert "| 1 | vtrace | 2.0 | 0.100 | 0.500 | 0.50 | 0/2 | 2 |" in table
     assert "| 1 | none | 2.0 | 0.100 | 0.500 | 0.50 | 1/1 | 1 |" in table
     np.testing.assert_allclose(cells["vtrace_k1"]["final"][0], 150.0)  # IQM of two = mean
     np.testing.assert_allclose(cells["none_k1"]["auc"], [10.0, 10.0, 10.0])
-    with_lr = {("vtrace", 8, 0.001): results[("vtrace", 1, None)]}
+    with_lr = {("vtrace", 8, 0.001, 0.0): results[("vtrace", 1, None, 0.0)]}
     table, cells = vtrace_ablation.summarize(with_lr, ["vtrace"], [8], [0.001])
     assert "| 8 | vtrace | 0.001 | 2.0 |" in table and "vtrace_k8_lr0.001" in cells
+    with_replay = {("vtrace", 1, None, 0.5): results[("vtrace", 1, None, 0.0)],
+                   ("vtrace", 1, None, 0.0): results[("none", 1, None, 0.0)]}
+    table, cells = vtrace_ablation.summarize(with_replay, ["vtrace"], [1], [None], [0.0, 0.5])
+    assert "| 1 | vtrace | 0.5 | 2.0 |" in table and "| 1 | vtrace | 0 | 2.0 |" in table
+    assert set(cells) == {"vtrace_k1", "vtrace_k1_replay0.5"}
+
+
+def test_the_quick_study_runs_the_whole_path_and_resumes(tmp_path):
+    """`--quick` with and without replay: every run, the table, the figure; run again, it
+    reads the finished runs instead of training them again."""
+    command = [sys.executable, os.path.join(REPRODUCE, "vtrace_ablation.py"), "--quick",
+               "--corrections=vtrace,is_1step", "--lags=4", "--replay_proportions=0,0.5",
+               f"--out_dir={tmp_path / 'runs'}", f"--results_dir={tmp_path / 'results'}"]
+    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.count("seed=") == 8  # 2 corrections x 2 replay shares x 2 seeds
+    table = (tmp_path / "results" / "table.md").read_text()
+    assert "replayed share" in table and "| 4 | is_1step | 0.5 |" in table
+    assert (tmp_path / "results" / "ablation.png").stat().st_size > 0
+    replayed = read_metrics(str(tmp_path / "runs" / "vtrace_k4_replay0.5" / "seed_0"), "train")
+    assert replayed[-1]["replay_reuse"] > 0  # replayed unrolls were trained on
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout.count("seed=") == 8
+    assert (tmp_path / "results" / "table.md").read_text() == table  # the same runs, read
 
 
 def test_ablation_diagnostics_average_the_whole_run(tmp_path):
