@@ -21,7 +21,6 @@ import pytest
 
 from agents.apex import learner as apex_learner
 from agents.apex.agent import ApexAgent
-from agents.impala import learner as impala_learner
 from agents.impala.agent import ImpalaAgent
 from agents.run import checkpoint, run_folder
 from agents.run.run_folder import UsageError
@@ -506,7 +505,8 @@ THREADS = [
     ("apex prefetch", ApexAgent, apex_config, "prefetch", PrioritizedReplay, "sample"),
     ("apex evaluator", ApexAgent, apex_config, "evaluator", "agents.run.evaluation",
      "play_episodes"),
-    ("impala learner", ImpalaAgent, impala_config, "learner", impala_learner, "stack_unrolls"),
+    ("impala learner", ImpalaAgent, impala_config, "learner", "agents.impala.unroll_queue",
+     "stack_unrolls"),
     ("impala evaluator", ImpalaAgent, impala_config, "evaluator", "agents.run.evaluation",
      "play_episodes"),
 ]
