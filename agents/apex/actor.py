@@ -12,9 +12,10 @@ from typing import Any, Callable
 import numpy as np
 
 from agents.apex.nstep import NStepBuilder
+from agents.run.actor_loop import ActorLoop, PullEvery, RecvBatch
 from agents.run.interfaces import TransitionWriter
 from agents.run.param_server import ParamServer
-from agents.run.stats import EpisodeReturns, RunStats
+from agents.run.stats import RunStats
 
 
 def exploration_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -43,8 +44,9 @@ def epsilon_greedy(q_values: np.ndarray, epsilons: np.ndarray,
     return np.where(explore, random_actions, greedy).astype(np.int32)
 
 
-class ApexActor:
-    """One actor thread over one envpool instance.
+class ApexActor(ActorLoop):
+    """One actor thread over one envpool instance (`agents.run.actor_loop.ActorLoop`): acts
+    epsilon-greedily with its envs' own rates and feeds n-step transitions to the replay.
 
     Args:
       actor_id: index of this actor; its envs are global streams
@@ -66,15 +68,36 @@ class ApexActor:
                  epsilons: np.ndarray, builder: NStepBuilder, replay: TransitionWriter,
                  param_server: ParamServer, stats: RunStats, local_buffer_size: int,
                  update_period: int, seed: Any, device_index: int = 0):
-        self.actor_id = actor_id
-        self._make_env, self._policy = make_env, policy
-        self._epsilons, self._builder = epsilons, builder
-        self._replay, self._param_server, self._stats = replay, param_server, stats
-        self._local_buffer_size, self._update_period = local_buffer_size, update_period
+        num_envs = len(epsilons)
+        super().__init__(actor_id, make_env, num_envs, param_server,
+                         PullEvery(update_period * num_envs), stats, device_index)
+        self._policy, self._epsilons, self._builder = policy, epsilons, builder
+        self._replay, self._local_buffer_size = replay, local_buffer_size
+        self._stream_offset = actor_id * num_envs
         self._rng = np.random.default_rng(seed)
-        self._device_index = device_index
         self._local: list = []
         self._local_count = 0
+
+    def act(self, params, obs: np.ndarray, step: int):
+        return self._policy(params, obs)
+
+    def actions(self, pending, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        q_values = np.asarray(pending)
+        return epsilon_greedy(q_values, self._epsilons[env_ids], self._rng), q_values
+
+    def observe(self, batch: RecvBatch, actions: np.ndarray, q_values: np.ndarray,
+                version: int, stop: threading.Event) -> bool:
+        """Feeds the batch, with the Q-values and actions sent for it, to the n-step builder and
+        the local buffer (flushed into the replay when full)."""
+        emitted = self._builder.step(batch.env_ids, batch.obs, batch.reward, batch.terminated,
+                                     batch.truncated, batch.first, q_values, actions)
+        if emitted is not None:
+            transitions, priorities, streams = emitted
+            self._local.append((transitions, priorities, streams + self._stream_offset))
+            self._local_count += len(priorities)
+            if self._local_count >= self._local_buffer_size:
+                self._flush()
+        return True
 
     def _flush(self) -> None:
         """One batched add of the local buffer; it waits while the replay's rate limiter holds
@@ -83,49 +106,3 @@ class ApexActor:
         transitions = {k: np.concatenate([t[k] for t in parts[0]]) for k in parts[0][0]}
         self._replay.add(transitions, np.concatenate(parts[1]), np.concatenate(parts[2]))
         self._local, self._local_count = [], 0
-
-    def _record(self, returns: EpisodeReturns, stream_offset: int, env_ids, obs, reward,
-                terminated, truncated, first, q_values, actions) -> None:
-        """Feeds one recv batch, with the Q-values and actions sent for it, to the n-step
-        builder, the local buffer (flushed into the replay when full) and the episode returns."""
-        emitted = self._builder.step(env_ids, obs, reward, terminated, truncated, first,
-                                     q_values, actions)
-        if emitted is not None:
-            transitions, priorities, streams = emitted
-            self._local.append((transitions, priorities, streams + stream_offset))
-            self._local_count += len(priorities)
-            if self._local_count >= self._local_buffer_size:
-                self._flush()
-        returns.step(env_ids, reward, terminated | truncated)
-
-    def run(self, stop: threading.Event) -> None:
-        """Acts until `stop`. Each recv batch is recorded while the policy computes the next
-        one: JAX dispatches the jitted policy and returns at once, so the n-step builder and
-        the replay add run on the host while XLA's threads evaluate the network, instead of
-        after it (the batch's transitions reach the replay one recv later)."""
-        env = self._make_env()
-        num_envs = len(self._epsilons)
-        stream_offset = self.actor_id * num_envs
-        returns = EpisodeReturns(num_envs, self._stats)
-        version, params = self._param_server.latest(self._device_index)
-        steps_since_pull = 0
-        recorded = None  # the previous recv batch with its Q-values and actions
-        env.async_reset()
-        try:
-            while not stop.is_set():
-                obs, reward, terminated, truncated, info = env.recv()
-                env_ids = info["env_id"]
-                if steps_since_pull >= self._update_period * num_envs:
-                    version, params = self._param_server.latest(self._device_index)
-                    steps_since_pull = 0
-                q_pending = self._policy(params, obs)  # dispatched, not yet computed
-                if recorded is not None:
-                    self._record(returns, stream_offset, *recorded)
-                q_values = np.asarray(q_pending)
-                actions = epsilon_greedy(q_values, self._epsilons[env_ids], self._rng)
-                env.send(actions, env_ids)
-                recorded = (env_ids, obs, reward, terminated, truncated,
-                            info["elapsed_step"] == 0, q_values, actions)
-                steps_since_pull += len(env_ids)
-        finally:
-            env.close()

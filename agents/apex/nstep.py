@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agents.run.envs import check_builder_args, check_recv, check_shape
+from agents.run.actor_loop import check_builder_args, check_recv, check_shape
 
 
 class NStepOutput(NamedTuple):

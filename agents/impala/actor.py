@@ -14,8 +14,9 @@ import numpy as np
 
 from agents.impala.unroll import UnrollBuilder
 from agents.impala.unroll_queue import UnrollQueue
+from agents.run.actor_loop import ActorLoop, PullWhenBehind, RecvBatch
 from agents.run.param_server import ParamServer
-from agents.run.stats import EpisodeReturns, RunStats
+from agents.run.stats import RunStats
 
 
 def make_policy(network: nn.Module) -> Callable:
@@ -30,8 +31,9 @@ def make_policy(network: nn.Module) -> Callable:
     return policy
 
 
-class ImpalaActor:
-    """One actor thread over one envpool instance.
+class ImpalaActor(ActorLoop):
+    """One actor thread over one envpool instance (`agents.run.actor_loop.ActorLoop`): samples
+    from the policy, keeps its logits with each step and puts the unrolls it completes.
 
     Args:
       actor_id: index of this actor.
@@ -51,48 +53,22 @@ class ImpalaActor:
     def __init__(self, actor_id: int, make_env: Callable, policy: Callable,
                  builder: UnrollBuilder, unrolls: UnrollQueue, param_server: ParamServer,
                  stats: RunStats, seed: int, device_index: int = 0, refresh_period: int = 1):
-        if refresh_period < 1:
-            raise ValueError(f"refresh_period must be >= 1, got {refresh_period}")
-        self.actor_id = actor_id
-        self._make_env, self._policy, self._builder = make_env, policy, builder
-        self._unrolls, self._param_server, self._stats = unrolls, param_server, stats
+        super().__init__(actor_id, make_env, builder.num_envs, param_server,
+                         PullWhenBehind(refresh_period), stats, device_index)
+        self._policy, self._builder, self._unrolls = policy, builder, unrolls
         self._key = jax.random.PRNGKey(seed)
-        self._device_index, self._refresh_period = device_index, refresh_period
 
-    def _record(self, returns: EpisodeReturns, stop: threading.Event, env_ids, obs, reward,
-                terminated, truncated, actions, logits, version) -> bool:
-        """Feeds one recv batch, with what the policy sent for it, to the unroll builder and the
-        episode returns, and puts the unrolls it completes; False if the run stopped while the
-        queue was full."""
-        done = self._builder.step(env_ids, obs, reward, terminated, truncated, actions, logits,
-                                  version)
-        returns.step(env_ids, reward, terminated | truncated)
+    def act(self, params, obs: np.ndarray, step: int):
+        return self._policy(params, obs, self._key, step)
+
+    def actions(self, pending, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        actions, logits = (np.asarray(x) for x in pending)
+        return actions, logits
+
+    def observe(self, batch: RecvBatch, actions: np.ndarray, logits: np.ndarray, version: int,
+                stop: threading.Event) -> bool:
+        """Feeds the batch, with the actions and logits sent for it, to the unroll builder and
+        puts the unrolls it completes; False if the run stopped while the channel was full."""
+        done = self._builder.step(batch.env_ids, batch.obs, batch.reward, batch.terminated,
+                                  batch.truncated, actions, logits, version)
         return done is None or self._unrolls.put(done, stop)
-
-    def run(self, stop: threading.Event) -> None:
-        """Acts until `stop`. Each recv batch is recorded while the policy computes the next
-        one: JAX dispatches the jitted policy and returns at once, so the unroll builder and the
-        queue run on the host while XLA's threads evaluate the network, instead of after it
-        (an unroll reaches the queue one recv later)."""
-        env = self._make_env()
-        returns = EpisodeReturns(self._builder.num_envs, self._stats)
-        env.async_reset()
-        step, version, params = 0, 0, None
-        recorded = None  # the previous recv batch with its actions, logits and version
-        try:
-            while not stop.is_set():
-                obs, reward, terminated, truncated, info = env.recv()
-                env_ids = info["env_id"]
-                latest = self._param_server.latest(self._device_index)
-                if params is None or latest[0] >= version + self._refresh_period:
-                    version, params = latest
-                pending = self._policy(params, obs, self._key, step)  # dispatched, not computed
-                if recorded is not None and not self._record(returns, stop, *recorded):
-                    return
-                actions, logits = (np.asarray(x) for x in pending)
-                env.send(actions, env_ids)
-                step += 1
-                recorded = (env_ids, obs, reward, terminated, truncated, actions, logits,
-                            version)
-        finally:
-            env.close()

@@ -171,7 +171,7 @@ def test_a_dead_shard_stops_sampling_with_a_clear_error():
 @pytest.mark.usefixtures("cluster")
 @pytest.mark.parametrize("env,match", [
     # Parameters the workers' policy cannot apply: their run() raises.
-    ("CartPole-v1", "(?s)actor worker [01] failed:.*agents/apex/actor.py.*in run"),
+    ("CartPole-v1", "(?s)actor worker [01] failed:.*agents/run/actor_loop.py.*in run.*agents/apex/actor.py.*in act"),
     # An env id envpool does not know: their constructor raises.
     ("NoSuchEnv-v0", "(?s)actor worker [01] failed to start:.*is not an envpool env"),
 ])
