@@ -15,12 +15,10 @@ run, one still training, or a checkpoint shipped in `docs/results/` can be looke
 import dataclasses
 import functools
 import math
-import os
 import typing
 from typing import Any, Callable
 
 import flax.linen as nn
-import flax.serialization
 import jax
 import numpy as np
 
@@ -124,16 +122,6 @@ def load(agent: str, path: str) -> TrainedAgent:
     network = spec.make_network(config, info)
     template = jax.eval_shape(network.init, jax.random.PRNGKey(0),
                               np.zeros((1,) + info.obs_shape, info.obs_dtype))
-    with open(os.path.join(path, "learner.msgpack"), "rb") as f:
-        state = flax.serialization.msgpack_restore(f.read())
-    try:
-        params = flax.serialization.from_state_dict(template, state["params"])
-        if jax.tree.map(np.shape, params) != jax.tree.map(lambda x: x.shape, template):
-            raise ValueError("parameter shapes differ")
-    except (KeyError, ValueError) as e:
-        raise checkpoint.CheckpointMismatch(
-            f"{path}: its parameters do not fit {agent}'s network for its config "
-            f"({type(e).__name__}: {str(e)[:300]})") from None
-    checkpoint.check_finite(path, {"params": params})
+    params = checkpoint.read_params(path, template, f"{agent}'s network for its config")
     return TrainedAgent(agent, config, info, network, params, int(meta["updates"]),
                         int(meta["counters"]["env_steps"]))

@@ -15,17 +15,11 @@ Run from the repository root:
     .venv/bin/python benchmarks/bench_torsos.py [--repeats 100] [--batch 32]
 """
 import argparse
-import sys
-from pathlib import Path
 
 import jax
 import numpy as np
 
-try:
-    import networks
-except ImportError:  # Run as a script from anywhere: fall back to the repository root.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import networks
+import networks
 import timing  # benchmarks/timing.py, beside this script: the shared interleaved timer.
 
 TORSOS = ("nature", "impala_shallow", "impala_resnet")

@@ -5,6 +5,7 @@ supplies Ape-X's parts: the Q-network, the runtime (actor threads over one prior
 or Ray actor workers over replay shards), the double-Q learner with its prefetching sampler.
 """
 
+import functools
 from typing import Any, Callable
 
 import jax
@@ -36,12 +37,17 @@ class ApexAgent(Agent):
         """The replay the actors write to and the learner samples (sharded on Ray)."""
         return self.runtime.channel
 
+    @functools.cached_property
+    def policy(self) -> Callable:
+        """The jitted Q-network `(params, obs [B, ...]) -> Q-values [B, A]`, one for the actors
+        and the evaluator (one compilation)."""
+        return jax.jit(self.network.apply)
+
     def make_network(self):
         return make_network(self.config, self.info)
 
     def make_runtime(self) -> Runtime:
         config, info = self.config, self.info
-        self.policy = jax.jit(self.network.apply)
         if config.backend == "ray":
             # Imported here, not at the top: hosts that only run learners have no Ray.
             from agents.apex.ray_backend import RayBackend

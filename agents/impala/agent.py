@@ -15,7 +15,7 @@ from agents.impala.builder import (
     make_actors,
     make_network,
     make_channel,
-    make_unroll_builder,
+    make_unroll_spec,
 )
 from agents.impala.config import ImpalaConfig
 from agents.impala.learner import ImpalaLearner, init_state, make_optimizer
@@ -63,9 +63,8 @@ class ImpalaAgent(Agent):
         return init_state(self.network, make_optimizer(self.config), self.sample_obs(), key)
 
     def make_learner(self, state) -> ImpalaLearner:
-        spec = make_unroll_builder(self.config, self.info, 1).spec
         return ImpalaLearner(self.config, self.network, self.unrolls, self.param_server, state,
-                             self.mesh, spec, self.stats)
+                             self.mesh, make_unroll_spec(self.config, self.info), self.stats)
 
     def eval_scores(self) -> Callable:
         return jax.jit(lambda params, obs: SPEC.scores(self.network.apply(params, obs)))

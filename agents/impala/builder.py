@@ -12,7 +12,7 @@ import numpy as np
 from agents.impala.actor import ImpalaActor
 from agents.impala.config import ImpalaConfig
 from agents.impala.network import PolicyValueNetwork
-from agents.impala.unroll import UnrollBuilder
+from agents.impala.unroll import UnrollBuilder, unroll_spec
 from agents.impala.unroll_queue import UnrollQueue
 from agents.impala.unroll_replay import UnrollReplay
 from agents.run import host_memory
@@ -34,6 +34,11 @@ def make_unroll_builder(config: ImpalaConfig, info: EnvInfo, num_envs: int,
                         check_inputs: bool = True) -> UnrollBuilder:
     return UnrollBuilder(num_envs, config.unroll_length, config.discount, info.obs_shape,
                          info.obs_dtype, info.num_actions, check_inputs=check_inputs)
+
+
+def make_unroll_spec(config: ImpalaConfig, info: EnvInfo) -> dict:
+    """Shape and dtype of every field of this run's unrolls (what the learner stacks)."""
+    return unroll_spec(config.unroll_length, info.obs_shape, info.obs_dtype, info.num_actions)
 
 
 def make_queue(config: ImpalaConfig) -> UnrollQueue:

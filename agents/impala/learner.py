@@ -128,7 +128,7 @@ class ImpalaLearner:
       param_server: where parameters are published for the actors.
       state: initial (or restored) `TrainingState`.
       mesh: the learner devices (across processes with `jax.distributed`).
-      unroll_spec: `UnrollBuilder.spec`, the fields of one unroll.
+      unroll_spec: `agents.impala.unroll.unroll_spec`: the fields of one unroll.
       stats: the run's counters; with several processes each update adds the other
         processes' env steps and episodes to them (None: not counted across processes).
     """

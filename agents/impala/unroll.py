@@ -95,6 +95,18 @@ def stack_unrolls(unrolls: Sequence[Unrolls]) -> Unrolls:
     return Unrolls(*(np.concatenate(fields, axis=0) for fields in zip(*unrolls)))
 
 
+def unroll_spec(unroll_length: int, obs_shape, obs_dtype,
+                num_actions: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape (without the leading K) and dtype of every `Unrolls` field, for unrolls of
+    `unroll_length` (T) steps of `obs_shape` observations and `num_actions` (A) logits."""
+    t, a, f32 = int(unroll_length), int(num_actions), np.dtype(np.float32)
+    return dict(obs=((t + 1,) + tuple(int(d) for d in obs_shape), np.dtype(obs_dtype)),
+                actions=((t,), np.dtype(np.int32)), rewards=((t,), f32),
+                discounts=((t,), f32), episode_ends=((t,), np.dtype(bool)),
+                masks=((t,), f32), behaviour_logits=((t, a), f32),
+                param_versions=((t,), np.dtype(np.int64)), env_ids=((), np.dtype(np.int64)))
+
+
 class UnrollBuilder:
     """Cuts the streams of `num_envs` envs into IMPALA unrolls of `unroll_length` steps.
 
@@ -140,14 +152,8 @@ class UnrollBuilder:
 
     @property
     def spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """Shape (without the leading K) and dtype of every `Unrolls` field."""
-        t, a = self.unroll_length, self.num_actions
-        f32 = np.dtype(np.float32)
-        return dict(obs=((t + 1,) + self.obs_shape, self.obs_dtype),
-                    actions=((t,), np.dtype(np.int32)), rewards=((t,), f32),
-                    discounts=((t,), f32), episode_ends=((t,), np.dtype(bool)),
-                    masks=((t,), f32), behaviour_logits=((t, a), f32),
-                    param_versions=((t,), np.dtype(np.int64)), env_ids=((), np.dtype(np.int64)))
+        """Shape (without the leading K) and dtype of every `Unrolls` field it makes."""
+        return unroll_spec(self.unroll_length, self.obs_shape, self.obs_dtype, self.num_actions)
 
     def pending(self) -> int:
         """Number of observation rows held, over all envs (at most num_envs * T)."""

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import flax.serialization
 import jax
+import numpy as np
 
 from agents.run import files as files_module
 from agents.run.divergence import Diverged, nonfinite_leaves
@@ -342,6 +343,33 @@ def restore_checkpoint(path: str, learner_template: Any, replay: Any = None,
             raise CheckpointMismatch(f"{path}: replay.npz does not fit this run's replay "
                                      f"({e})") from None
     return state, meta
+
+
+def read_params(path: str, template: Any, network_name: str) -> Any:
+    """The network parameters of checkpoint folder `path`'s learner state (without its
+    optimizer state), for a trained agent to play or be evaluated.
+
+    Args:
+      path: a checkpoint folder that passed `verify`.
+      template: the parameters' tree of shapes (`jax.eval_shape` of the network's init).
+      network_name: what the parameters must fit, for the error message.
+
+    Raises:
+      CheckpointMismatch: the saved parameters do not have the template's tree and shapes.
+      NonFiniteCheckpoint: they hold NaN or inf (saved from a run that diverged).
+    """
+    with open(os.path.join(path, "learner.msgpack"), "rb") as f:
+        state = flax.serialization.msgpack_restore(f.read())
+    try:
+        params = flax.serialization.from_state_dict(template, state["params"])
+        if jax.tree.map(np.shape, params) != jax.tree.map(lambda x: x.shape, template):
+            raise ValueError("parameter shapes differ")
+    except (KeyError, ValueError) as e:
+        raise CheckpointMismatch(
+            f"{path}: its parameters do not fit {network_name} "
+            f"({type(e).__name__}: {str(e)[:300]})") from None
+    check_finite(path, {"params": params})
+    return params
 
 
 def save_run(directory: str, learner_state: Any, stats: Any, config: Any,

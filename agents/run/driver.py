@@ -86,7 +86,7 @@ class Driver:
         except MetricsError:
             pass  # raised below, after the final save
         # A learner that went non-finite says at which update; nothing is saved from it.
-        diverged = getattr(self.learner, "diverged", None) or self._diverged
+        diverged = self.learner.diverged or self._diverged
         path = self._save("final") if diverged is None else None
         diverged = diverged or self._diverged
         GUARD.idle()

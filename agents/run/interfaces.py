@@ -29,6 +29,7 @@ class Learner(Protocol):
     """Updates the parameters from the actors' data and publishes them to the ParamServer."""
 
     updates: int  # updates applied so far (restored ones included)
+    diverged: str | None  # what went non-finite at which update; None while all is finite
 
     def threads(self) -> list[tuple[str, Any]]:
         """(name, target(stop_event)) of each thread the learner runs (learner, prefetch)."""

@@ -212,7 +212,7 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
         raise KeyboardInterrupt("the run was interrupted; run the script again to resume it")
     GUARD.starting()  # after the final save signals were only kept: they raise again
     final = protocol_evaluate(agent, protocol) if protocol is not None else np.array([])
-    lag = getattr(agent.learner, "lag", {}).get("policy_lag_mean", float("nan"))
+    lag = agent.learner.host_metrics().get("policy_lag_mean", float("nan"))  # IMPALA's
     # A run resumed from a checkpoint made before runs counted their wall time has counted
     # only the starts since: its whole wall time is not known.
     unknown = (found.meta is not None and "wall_ms" not in found.meta["counters"]) or (
