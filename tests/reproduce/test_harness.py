@@ -102,41 +102,85 @@ def test_ablation_flags_and_summary():
                     trace_product=0.5, rho=1.0, max_behaviour_kl=0.2, min_entropy=0.5,
                     collapsed=float(final < 100))
 
-    results = {("vtrace", 1, None, 0.0): [fake(100.0, [10, 30]), fake(200.0, [20, 40])],
-               ("none", 1, None, 0.0): [fake(50.0, [5, 15])]}
-    assert vtrace_ablation.run_scores(results[("vtrace", 1, None, 0.0)][0]) == (100.0, 20.0)
-    table, cells = vtrace_ablation.summarize(results, ["vtrace", "none"], [1], [None])
+    Key = vtrace_ablation.Key
+    results = {Key("vtrace", 1): [fake(100.0, [10, 30]), fake(200.0, [20, 40])],
+               Key("none", 1): [fake(50.0, [5, 15])]}
+    assert vtrace_ablation.run_scores(results[Key("vtrace", 1)][0]) == (100.0, 20.0)
+    table, cells = vtrace_ablation.summarize(results, ["vtrace", "none"])
     assert "| 1 | vtrace | 2.0 | 0.100 | 0.500 | 0.50 | 0/2 | 2 |" in table
     assert "| 1 | none | 2.0 | 0.100 | 0.500 | 0.50 | 1/1 | 1 |" in table
     np.testing.assert_allclose(cells["vtrace_k1"]["final"][0], 150.0)  # IQM of two = mean
     np.testing.assert_allclose(cells["none_k1"]["auc"], [10.0, 10.0, 10.0])
-    with_lr = {("vtrace", 8, 0.001, 0.0): results[("vtrace", 1, None, 0.0)]}
-    table, cells = vtrace_ablation.summarize(with_lr, ["vtrace"], [8], [0.001])
-    assert "| 8 | vtrace | 0.001 | 2.0 |" in table and "vtrace_k8_lr0.001" in cells
-    with_replay = {("vtrace", 1, None, 0.5): results[("vtrace", 1, None, 0.0)],
-                   ("vtrace", 1, None, 0.0): results[("none", 1, None, 0.0)]}
-    table, cells = vtrace_ablation.summarize(with_replay, ["vtrace"], [1], [None], [0.0, 0.5])
+    with_lr = {Key("vtrace", 8, lr=0.001, entropy=0.01): results[Key("vtrace", 1)]}
+    table, cells = vtrace_ablation.summarize(with_lr, ["vtrace"])
+    assert "| 8 | vtrace | 0.001 | 0.01 | 2.0 |" in table and "vtrace_k8_lr0.001_ent0.01" in cells
+    with_replay = {Key("vtrace", 1, replay=0.5): results[Key("vtrace", 1)],
+                   Key("vtrace", 1): results[Key("none", 1)]}
+    table, cells = vtrace_ablation.summarize(with_replay, ["vtrace"])
     assert "| 1 | vtrace | 0.5 | 2.0 |" in table and "| 1 | vtrace | 0 | 2.0 |" in table
     assert set(cells) == {"vtrace_k1", "vtrace_k1_replay0.5"}
 
 
+def test_the_sweep_chooses_each_cells_best_setting_by_its_mean_score():
+    import vtrace_ablation
+
+    Key = vtrace_ablation.Key
+
+    def runs(*aucs):
+        return [dict(final_returns=[100.0 - a], curve=[dict(env_steps=0, mean_return=a)])
+                for a in aucs]
+
+    sweep = {Key("vtrace", 16, 0.001, 0.0, 0.01): runs(10, 50),  # mean AUC 30
+             Key("vtrace", 16, 0.0003, 0.0, 0.01): runs(35, 35),  # 35: the best AUC
+             Key("is_1step", 16, 0.001, 0.0, 0.01): runs(60, 60),
+             Key("is_1step", 16, 0.0003, 0.0, 0.01): runs(20, 20),
+             Key("vtrace", 1, 0.001, 0.5, 0.01): runs(1, 1),
+             Key("vtrace", 1, 0.0003, 0.5, 0.01): runs(1, 1)}  # a tie: the first listed
+    assert vtrace_ablation.choose(sweep, "auc") == {
+        Key("vtrace", 16): Key("vtrace", 16, 0.0003, 0.0, 0.01),
+        Key("is_1step", 16): Key("is_1step", 16, 0.001, 0.0, 0.01),
+        Key("vtrace", 1, replay=0.5): Key("vtrace", 1, 0.001, 0.5, 0.01)}
+    by_final = vtrace_ablation.choose(sweep, "final")  # final = 100 - AUC here
+    assert by_final[Key("vtrace", 16)] == Key("vtrace", 16, 0.001, 0.0, 0.01)
+
+
 def test_the_quick_study_runs_the_whole_path_and_resumes(tmp_path):
-    """`--quick` with and without replay: every run, the table, the figure; run again, it
-    reads the finished runs instead of training them again."""
+    """`--quick`, tuned, with and without replay: the sweep, the chosen settings on the other
+    seed, the tables, the figure; run again, it reads the finished runs instead of training
+    them again."""
     command = [sys.executable, os.path.join(REPRODUCE, "vtrace_ablation.py"), "--quick",
-               "--corrections=vtrace,is_1step", "--lags=4", "--replay_proportions=0,0.5",
+               "--corrections=vtrace,is_1step", "--lag_sources=4,1:0.5",
+               "--learning_rates=0.001,0.003", "--tune_seeds=0", "--seeds=0,1",
                f"--out_dir={tmp_path / 'runs'}", f"--results_dir={tmp_path / 'results'}"]
     first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert first.stdout.count("seed=") == 8  # 2 corrections x 2 replay shares x 2 seeds
+    # the sweep: 2 settings x 2 corrections x 2 lag sources (stale actors, replay) on seed 0;
+    # then seed 1 of the 4 chosen settings
+    assert first.stdout.count("seed=0") == 8 and first.stdout.count("seed=1") == 4
     table = (tmp_path / "results" / "table.md").read_text()
-    assert "replayed share" in table and "| 4 | is_1step | 0.5 |" in table
+    assert "replayed share" in table and "| 4 | is_1step | 0.00" in table
+    assert table.count("| 2 |") == 4  # every chosen cell at both seeds
+    sweep = (tmp_path / "results" / "sweep.md").read_text()
+    rows = [line for line in sweep.splitlines() if line.startswith("| ") and "K |" not in line]
+    assert len(rows) == 8  # every setting of every cell, on the tune seed
     assert (tmp_path / "results" / "ablation.png").stat().st_size > 0
-    replayed = read_metrics(str(tmp_path / "runs" / "vtrace_k4_replay0.5" / "seed_0"), "train")
+    replayed = read_metrics(str(tmp_path / "runs" / "vtrace_k1_lr0.001_replay0.5" / "seed_0"),
+                            "train")
     assert replayed[-1]["replay_reuse"] > 0  # replayed unrolls were trained on
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and again.stdout.count("seed=") == 8
+    assert again.returncode == 0 and again.stdout.count("seed=") == 12
     assert (tmp_path / "results" / "table.md").read_text() == table  # the same runs, read
+
+
+def test_the_study_refuses_a_tuning_without_a_sweep(tmp_path):
+    command = [sys.executable, os.path.join(REPRODUCE, "vtrace_ablation.py"), "--quick",
+               "--tune_seeds=0", f"--out_dir={tmp_path}", f"--results_dir={tmp_path}"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "--tune_seeds needs a sweep" in done.stderr
+    assert not list(tmp_path.iterdir())  # refused before any run
+    command[-3:-2] = ["--lag_sources=16,1:1.5"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "--lag_sources: '1:1.5' needs K >= 1" in done.stderr
 
 
 def test_ablation_diagnostics_average_the_whole_run(tmp_path):
