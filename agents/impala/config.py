@@ -50,6 +50,10 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
         (from the policy, as the paper's implementation evaluates; the reproduction harness's
         protocol, agents.run.evaluation).
       torso: mlp (vectors), impala_shallow or impala_resnet (frames), nature.
+      reward_scale: the learner trains on the rewards times this (the returns reported stay
+        the environment's): for tasks whose rewards are far from 1 in size, such as
+        LunarLander's +-100 landings and crashes, where the baseline loss would otherwise
+        swamp the policy and entropy terms. 1: the rewards as they are (Atari clips them).
     """
 
     num_actors: int = 4
@@ -59,6 +63,7 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
     replay_proportion: float = 0.0
     replay_unrolls: int = 10_000
     discount: float = 0.99
+    reward_scale: float = 1.0
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reduction: str = "sum"
@@ -79,7 +84,7 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
     RESUME_MAY_CHANGE = (RunConfig.RESUME_MAY_CHANGE | OptimizerConfig.RESUME_MAY_CHANGE
                          | MultiProcessConfig.RESUME_MAY_CHANGE | {
                              "unroll_length", "batch_size", "queue_size", "replay_proportion",
-                             "replay_unrolls", "discount",
+                             "replay_unrolls", "discount", "reward_scale",
                              "baseline_cost", "entropy_cost", "reduction", "rho_bar", "c_bar",
                              "pg_rho_bar", "lambda_", "correction", "publish_period",
                              "actor_refresh_period", "eval_action"})
@@ -94,7 +99,9 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
             unit_interval=("discount", "lambda_"), choices=(("reduction", REDUCTIONS),
                                                         ("correction", CORRECTIONS),
                                                         ("eval_action", EVAL_ACTIONS)),
-            finite=("baseline_cost", "entropy_cost", "replay_proportion"))
+            finite=("baseline_cost", "entropy_cost", "replay_proportion", "reward_scale"))
+        if not self.reward_scale > 0:
+            raise ValueError(f"reward_scale must be > 0, got {self.reward_scale}")
         if not 0.0 <= self.replay_proportion < 1.0:
             raise ValueError(f"replay_proportion must be in [0, 1), got {self.replay_proportion}")
         self.check_optimizer()

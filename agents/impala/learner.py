@@ -87,8 +87,8 @@ def make_update(network: nn.Module, config: ImpalaConfig, mesh: jax.sharding.Mes
         logits, values = network.apply(params, time_major["obs"])  # [T+1, b, A], [T+1, b]
         loss, metrics = impala_loss(
             logits[:-1], values, time_major["actions"], time_major["behaviour_logits"],
-            time_major["rewards"], time_major["discounts"], time_major["episode_ends"],
-            time_major["masks"], baseline_cost=config.baseline_cost,
+            time_major["rewards"] * config.reward_scale, time_major["discounts"],
+            time_major["episode_ends"], time_major["masks"], baseline_cost=config.baseline_cost,
             entropy_cost=config.entropy_cost, lambda_=config.lambda_,
             clip_rho_threshold=config.rho_bar, clip_c_threshold=config.c_bar,
             clip_pg_rho_threshold=config.pg_rho_bar, correction=config.correction,

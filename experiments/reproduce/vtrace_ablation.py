@@ -62,7 +62,8 @@ from agents.run.logger import read_metrics
 flags.DEFINE_list("corrections", list(CORRECTIONS), f"any of {CORRECTIONS}")
 flags.DEFINE_list("lags", ["1", "8", "16", "32"], "actor_refresh_period levels K (>= 1)")
 flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "seeds of each (correction, K)")
-flags.DEFINE_integer("env_steps", 100_000, "agent steps per run")
+flags.DEFINE_integer("env_steps", None, "agent steps per run (default: each task "
+                     "flagfile's total_env_steps)")
 flags.DEFINE_list("replay_proportions", ["0"], "shares of each batch replayed, in [0, 1); "
                   "each is a cell of its own (0: no replay)")
 flags.DEFINE_list("lag_sources", [], "lag sources as K or K:replayed_share (e.g. 16,1:0.5: "
@@ -80,11 +81,14 @@ flags.DEFINE_enum("select_by", "auc", ["auc", "final"], "the sweep's score (mean
                   "seeds) that chooses each cell's setting")
 flags.DEFINE_float("log_period_s", 2.0, "seconds between the runs' train.csv rows, from which "
                    "the lag, KL(mu || pi) and trace diagnostics are averaged over the run")
-flags.DEFINE_list("tasks", ["experiments/configs/impala_cartpole.cfg"],
-                  "base flagfiles: the IMPALA settings of each task's runs")
+flags.DEFINE_list("tasks", ["experiments/configs/vtrace_study_cartpole.cfg"],
+                  "base flagfiles: the IMPALA settings of each task's runs, with its budget "
+                  "(total_env_steps) and curve (eval_period, eval_episodes)")
 flags.DEFINE_alias("base_flagfile", "tasks")
-flags.DEFINE_integer("eval_period", 20, "learner updates between evaluations (the curve)")
-flags.DEFINE_integer("eval_episodes", 10, "episodes per evaluation of the curve")
+flags.DEFINE_integer("eval_period", None, "learner updates between evaluations (the curve; "
+                     "default: each task flagfile's)")
+flags.DEFINE_integer("eval_episodes", None, "episodes per evaluation of the curve (default: "
+                     "each task flagfile's)")
 flags.DEFINE_integer("final_episodes", 30, "episodes of the final evaluation")
 flags.DEFINE_string("out_dir", "runs/vtrace_ablation", "run folders")
 flags.DEFINE_string("results_dir", "docs/results/vtrace_ablation", "table, data and figure")
@@ -136,8 +140,9 @@ def run_config(base: ImpalaConfig, key: Key, seed: int, out_dir: str) -> ImpalaC
         base, seed=seed, correction=key.correction, actor_refresh_period=key.lag,
         learning_rate=base.learning_rate if key.lr is None else key.lr,
         entropy_cost=base.entropy_cost if key.entropy is None else key.entropy,
-        total_env_steps=FLAGS.env_steps,
-        eval_period=FLAGS.eval_period, eval_episodes=FLAGS.eval_episodes, eval_action="sample",
+        total_env_steps=FLAGS.env_steps or base.total_env_steps,
+        eval_period=FLAGS.eval_period or base.eval_period,
+        eval_episodes=FLAGS.eval_episodes or base.eval_episodes, eval_action="sample",
         solved_return=math.inf, checkpoint_period_s=1e9, log_period_s=FLAGS.log_period_s,
         replay_proportion=key.replay, replay_unrolls=FLAGS.replay_unrolls,
         run_dir=os.path.join(out_dir, cell_name(key), f"seed_{seed}"))
@@ -314,7 +319,7 @@ def write_results(results_dir: str, table: str, cells: dict, corrections, title:
     with open(os.path.join(results_dir, "table.md"), "w") as f:
         f.write(table + "\n")
     with open(os.path.join(results_dir, "results.json"), "w") as f:
-        json.dump(dict(env_steps=FLAGS.env_steps, replay_unrolls=FLAGS.replay_unrolls,
+        json.dump(dict(replay_unrolls=FLAGS.replay_unrolls,
                        cells=cells, **extra), f, indent=1)
     plot(cells, corrections, os.path.join(results_dir, "ablation.png"), title, by_correction)
 
@@ -340,7 +345,9 @@ def study_task(flagfile: str, corrections, sources, seeds, tune_seeds, settings,
     base = config_from_flagfile(ImpalaConfig, flagfile)
     protocol = paper_protocol("impala", episodes=FLAGS.final_episodes)
     cells = [Key(c, lag, replay=r) for lag, r in sources for c in corrections]
-    title = f"IMPALA off-policy corrections on {base.env} as the policy lag grows"
+    budget = FLAGS.env_steps or base.total_env_steps
+    title = (f"IMPALA off-policy corrections on {base.env} as the policy lag grows "
+             f"({budget:,} agent steps)")
     results: dict[Key, list] = {}
     sweep_seeds = tune_seeds or seeds
     total, done = len(sweep_seeds) * len(settings) * len(cells), 0
@@ -354,7 +361,7 @@ def study_task(flagfile: str, corrections, sources, seeds, tune_seeds, settings,
     if not tune_seeds:
         table, summary = summarize(results, corrections)
         write_results(results_dir, table, summary, corrections, title, by_correction=False,
-                      base_flagfile=flagfile)
+                      base_flagfile=flagfile, env_steps=budget)
         return table
     sweep_table, sweep_cells = summarize(results, corrections)
     chosen = choose(results, FLAGS.select_by)
@@ -369,7 +376,8 @@ def study_task(flagfile: str, corrections, sources, seeds, tune_seeds, settings,
                                                 f"tuned {done}/{total}"))
     table, summary = summarize(final, corrections)
     write_results(results_dir, table, summary, corrections, title + " (each at its best "
-                  "setting)", by_correction=True, base_flagfile=flagfile, sweep=sweep_cells,
+                  "setting)", by_correction=True, base_flagfile=flagfile, env_steps=budget,
+                  sweep=sweep_cells,
                   tune_seeds=tune_seeds, select_by=FLAGS.select_by)
     with open(os.path.join(results_dir, "sweep.md"), "w") as f:
         f.write(f"Every setting on seeds {tune_seeds} (IQM of {len(tune_seeds)} = their mean); "

@@ -82,6 +82,20 @@ def test_logged_loss_terms_are_the_whole_batch_with_the_runs_reduction(reduction
         np.testing.assert_allclose(metrics[name], expected[name], rtol=1e-4, err_msg=name)
 
 
+def test_reward_scale_trains_on_scaled_rewards():
+    batch = random_unrolls(np.random.default_rng(2), 8)
+    scaled = dict(batch, rewards=batch["rewards"] * np.float32(0.01))
+    state_a, [metrics_a] = run_updates(dataclasses.replace(CONFIG, reward_scale=0.01),
+                                       jax.devices()[:1], [batch])
+    state_b, [metrics_b] = run_updates(CONFIG, jax.devices()[:1], [scaled])
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-8),
+                 state_a, state_b)
+    np.testing.assert_allclose(metrics_a["baseline_loss"], metrics_b["baseline_loss"], rtol=1e-6)
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="reward_scale"):
+            dataclasses.replace(CONFIG, reward_scale=bad)
+
+
 def test_learning_rate_anneals_linearly_to_zero():
     config = dataclasses.replace(CONFIG, total_env_steps=T * 8 * 4, optimizer="adam")
     rng = np.random.default_rng(1)
