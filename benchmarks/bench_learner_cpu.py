@@ -32,8 +32,10 @@ VARIANTS = {
 CONFIG = "experiments/configs/impala_pong_cpu_group_norm_batch8.cfg"
 
 
-def measure(seconds: float) -> dict:
-    """ms per update of the config's jitted update in this process."""
+def build_update():
+    """The config's jitted update on a synthetic batch, in this process: (`one()`, which runs
+    one update from a fresh host batch and waits for it, the parameter count, agent steps an
+    update)."""
     import jax
     import numpy as np
 
@@ -46,7 +48,7 @@ def measure(seconds: float) -> dict:
 
     config = config_from_flagfile(ImpalaConfig, CONFIG)
     info = env_info(actor_env_settings(config, 0))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0)  # the torch reference's batch too (its make_batch)
     T, B, A = config.unroll_length, config.batch_size, info.num_actions
     batch = dict(obs=rng.integers(0, 256, (B, T + 1) + info.obs_shape, dtype=np.uint8),
                  actions=rng.integers(0, A, (B, T)).astype(np.int32),
@@ -58,21 +60,32 @@ def measure(seconds: float) -> dict:
     network = make_network(config, info)
     state = init_state(network, make_optimizer(config), np.zeros(info.obs_shape, np.uint8),
                        jax.random.PRNGKey(0))
+    params = sum(x.size for x in jax.tree.leaves(state.params))
     update, zero = make_update(network, config, mesh, state.params)
-    state = zero.place_state(state, mesh)
+    box = [zero.place_state(state, mesh)]
+
+    def one():
+        on_device = sharding.put_batch(batch, mesh)  # as the learner: a fresh batch each update
+        box[0], metrics = update(box[0], on_device)
+        jax.block_until_ready(metrics)
+
+    return one, params, T * B
+
+
+def measure(seconds: float) -> dict:
+    """ms per update of the config's jitted update in this process."""
+    one, _, agent_steps = build_update()
     times = []
     deadline = None
     while deadline is None or time.perf_counter() < deadline or len(times) < 5:
-        on_device = sharding.put_batch(batch, mesh)  # as the learner: a fresh batch each update
         start = time.perf_counter()
-        state, metrics = update(state, on_device)
-        jax.block_until_ready(metrics)
+        one()
         if deadline is None:  # the first call compiles
             deadline = time.perf_counter() + seconds
         else:
             times.append(time.perf_counter() - start)
     return {"ms": 1e3 * statistics.median(times), "updates": len(times),
-            "agent_steps": T * B}
+            "agent_steps": agent_steps}
 
 
 def run_variant(name: str, seconds: float) -> dict:

@@ -46,40 +46,11 @@ CONFIG = "experiments/configs/impala_pong_cpu_group_norm_batch8.cfg"
 
 
 def jax_worker():
-    """Builds the JAX update (as bench_learner_cpu.py) and returns its (run, params count)."""
-    import jax
-    import numpy as np
+    """Builds the JAX update (`bench_learner_cpu.build_update`) and returns its (run, params
+    count)."""
+    import bench_learner_cpu
 
-    from agents.impala.builder import make_network
-    from agents.impala.config import ImpalaConfig
-    from agents.impala.learner import init_state, make_optimizer, make_update
-    from agents.parallel import sharding
-    from agents.run.envs import actor_env_settings, env_info
-    from agents.run.flags import config_from_flagfile
-
-    config = config_from_flagfile(ImpalaConfig, CONFIG)
-    info = env_info(actor_env_settings(config, 0))
-    rng = np.random.default_rng(0)  # the batch of bench_learner_cpu.py and the torch worker's
-    T, B, A = config.unroll_length, config.batch_size, info.num_actions
-    batch = dict(obs=rng.integers(0, 256, (B, T + 1) + info.obs_shape, dtype=np.uint8),
-                 actions=rng.integers(0, A, (B, T)).astype(np.int32),
-                 rewards=rng.normal(size=(B, T)).astype(np.float32),
-                 discounts=np.full((B, T), 0.99, np.float32),
-                 episode_ends=np.zeros((B, T), bool), masks=np.ones((B, T), np.float32),
-                 behaviour_logits=rng.normal(size=(B, T, A)).astype(np.float32))
-    mesh = sharding.learner_mesh(jax.local_devices()[:1])
-    network = make_network(config, info)
-    state = init_state(network, make_optimizer(config), np.zeros(info.obs_shape, np.uint8),
-                       jax.random.PRNGKey(0))
-    params = sum(x.size for x in jax.tree.leaves(state.params))
-    update, zero = make_update(network, config, mesh, state.params)
-    box = [zero.place_state(state, mesh)]
-
-    def one():
-        on_device = sharding.put_batch(batch, mesh)  # as the learner: a fresh batch each update
-        box[0], metrics = update(box[0], on_device)
-        jax.block_until_ready(metrics)
-
+    one, params, _ = bench_learner_cpu.build_update()
     return one, params
 
 
