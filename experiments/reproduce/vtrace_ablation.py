@@ -23,7 +23,9 @@ after another, on the base flagfile's CartPole settings. Each run is scored by
 
 Each cell of the table is the IQM over seeds with a 95% stratified bootstrap interval
 (rliable; Agarwal et al. 2021). Results go to `--results_dir` (table.md, results.json,
-ablation.png). Resumable: finished runs are read from `--out_dir`, not run again.
+ablation.png). Resumable: finished runs are read from `--out_dir`, not run again; a run that
+was interrupted starts over (a study's run is one uninterrupted run: resumed, its replay memory
+would start empty and its lag and trace records would mix two starts).
 
 With `--replay_proportions` each cell also runs with that share of every batch replayed from a
 memory of `--replay_unrolls` recent unrolls (the paper's "with replay" columns;
@@ -45,6 +47,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 from typing import NamedTuple
 
 import numpy as np
@@ -304,6 +307,10 @@ def run_cell(base: ImpalaConfig, key: Key, seed: int, out_dir: str, protocol,
              progress: str) -> dict:
     """One run (or the finished run its folder holds), with its diagnostics."""
     config = run_config(base, key, seed, out_dir)
+    if (os.path.isdir(config.run_dir)
+            and not os.path.exists(os.path.join(config.run_dir, run_and_evaluate.RESULT))):
+        shutil.rmtree(config.run_dir)
+        print(f"{config.run_dir}: an interrupted run, started over", flush=True)
     result = run_and_evaluate.run("impala", config, protocol, print_fn=lambda *a, **k: None)
     result = dict(result, **run_diagnostics(config.run_dir))
     final, auc = run_scores(result)

@@ -170,6 +170,13 @@ def test_the_quick_study_runs_the_whole_path_and_resumes(tmp_path):
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and again.stdout.count("seed=") == 12
     assert (tmp_path / "results" / "table.md").read_text() == table  # the same runs, read
+    # an interrupted run (a folder without its result) starts over instead of resuming
+    interrupted = tmp_path / "runs" / "vtrace_k4_lr0.001" / "seed_0"
+    (interrupted / "result.json").unlink()
+    third = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert third.stdout.count("started over") == 1 and third.stdout.count("seed=") == 12
+    assert len((interrupted / "config_history.jsonl").read_text().splitlines()) == 1
 
 
 def test_the_study_refuses_a_tuning_without_a_sweep(tmp_path):
