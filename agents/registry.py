@@ -29,13 +29,14 @@ def get(name: str) -> AgentSpec:
 
 
 def paper_protocol(name: str, episodes: int = 30, greedy: bool = False,
-                   epsilon: float = 0.0) -> evaluation.EvalProtocol:
+                   epsilon: float | None = None) -> evaluation.EvalProtocol:
     """Agent `name`'s paper evaluation protocol (`agents.run.evaluation.paper_protocol`).
 
     Args:
       name: an agent of `AGENTS`.
       episodes: episodes per evaluation.
       greedy: an agent that samples its actions (IMPALA) takes the argmax instead.
-      epsilon: an agent that acts epsilon-greedily (Ape-X) uses this rate.
+      epsilon: an agent that acts epsilon-greedily (Ape-X) uses this rate (None: its
+        paper's).
     """
     return evaluation.paper_protocol(get(name).paper_rule, episodes, greedy, epsilon)

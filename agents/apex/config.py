@@ -15,6 +15,13 @@ from agents.run.config_groups import NetworkConfig, OptimizerConfig, RayConfig
 LOSSES = ("squared", "huber")
 
 
+# The epsilon of Ape-X's evaluation. The paper (Horgan et al. 2018) names no evaluation epsilon
+# in the parts of its text that could be checked here; its agent is a prioritized dueling double
+# DQN, and that line of work evaluated Double DQN based agents with 0.001 (van Hasselt et al.
+# 2016, tuned Double DQN: "used epsilon = 0.001 during evaluation"; Schaul et al. 2016, Table 5,
+# human starts). Mnih et al. 2015 used 0.05.
+PAPER_EVAL_EPSILON = 0.001
+
 @dataclasses.dataclass(frozen=True)
 class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
     """Every setting of an Ape-X run; each is also a command-line flag of the same name.
@@ -46,8 +53,8 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
       publish_period: learner updates between parameter publishes to the actors.
       dueling: dueling Q head (the paper) instead of a linear one.
       head_hidden_sizes: hidden widths of each dueling stream (the paper: 512 after the convs).
-      eval_epsilon: evaluation acts epsilon-greedily with this rate (0: greedy; Mnih et al.
-        2015 evaluated with 0.05, van Hasselt et al. 2016 with 0.001; agents.run.evaluation).
+      eval_epsilon: evaluation acts epsilon-greedily with this rate (`PAPER_EVAL_EPSILON`,
+        0.001, by default; 0 is greedy; agents.run.evaluation).
       checkpoint_replay: include the replay's contents in checkpoints (a full Atari replay is
         gigabytes; without it a resumed run refills the replay before learning).
     """
@@ -74,7 +81,7 @@ class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
     publish_period: int = 1
     dueling: bool = True
     head_hidden_sizes: tuple[int, ...] = (512,)
-    eval_epsilon: float = 0.0
+    eval_epsilon: float = PAPER_EVAL_EPSILON
     checkpoint_replay: bool = True
     run_dir: str = "runs/apex"
 

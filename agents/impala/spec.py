@@ -18,7 +18,7 @@ def scores(output):
     return output[0]
 
 
-def paper_rule(greedy: bool, epsilon: float) -> tuple[str, float]:
+def paper_rule(greedy: bool, epsilon: float | None) -> tuple[str, float]:
     """Sampled actions, or argmax ones with `greedy`; `epsilon` does not apply."""
     del epsilon
     return ("greedy" if greedy else "sample"), 0.0

@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import ClassVar
 
-from agents.run.envs import actor_env_settings, env_info
+from agents.run.envs import actor_env_settings, env_info, is_atari
 
 CHECKPOINT_FAILURES = ("retry", "stop")
 
@@ -47,7 +47,11 @@ class RunConfig:
       envs_per_actor: environments in each actor's envpool.
       actor_batch_size: environments an actor acts for per step (envpool async batch_size);
         must be below envs_per_actor so envpool steps the others meanwhile.
-      episodic_life: Atari: a lost life ends the training episode (not the game).
+      episodic_life: Atari: a lost life ends the training episode (not the game), as in
+        Mnih et al. 2015 and IMPALA (Table G.1, "End of episode when life lost: Yes").
+      fire_reset: Atari: press FIRE after every reset (and after every lost life with
+        episodic_life) in games whose action set has it: OpenAI Baselines' FireResetEnv,
+        envpool's default. False, as in the papers: DeepMind's agents do not press it.
       reward_clip: Atari: clip training rewards to [-1, 1].
       noop_max: Atari: up to this many no-op actions at the start of an episode.
       repeat_action_probability: Atari: sticky actions (0 in the papers).
@@ -82,6 +86,7 @@ class RunConfig:
     envs_per_actor: int = 32
     actor_batch_size: int = 16
     episodic_life: bool = True
+    fire_reset: bool = False
     reward_clip: bool = True
     noop_max: int = 30
     repeat_action_probability: float = 0.0
@@ -158,6 +163,12 @@ class RunConfig:
         learner = [local[i] for i in self.learner_devices] or list(local)
         actor = [local[i] for i in self.actor_devices] or [local[0]]
         return learner, actor
+
+    def former_values(self) -> dict:
+        """The values that fields added later had in effect in runs saved before they existed,
+        so that a resumed or reused run is compared with what it was trained with: envpool
+        pressed FIRE in Atari games by default."""
+        return {"fire_reset": True} if is_atari(self.env) else {}
 
     @property
     def actors_in_run(self) -> int:

@@ -4,8 +4,9 @@ Atari defaults follow the DQN preprocessing of Mnih et al. 2015 (Nature) as used
 (Horgan et al. 2018, arXiv:1803.00933) and IMPALA (Espeholt et al. 2018, arXiv:1802.01561):
 frame skip 4 with a max over the last two frames, 84x84 grayscale, a stack of 4 frames, up to
 30 no-op starts, rewards clipped to [-1, 1], a life loss ends a training episode, episodes capped
-at 108K frames (30 minutes of play), and no sticky actions. envpool's own defaults differ
-(`episodic_life=False, reward_clip=False`), so every Atari setting is passed explicitly.
+at 108K frames (30 minutes of play), no sticky actions and no FIRE pressed for the agent.
+envpool's own defaults differ (`episodic_life=False, reward_clip=False,
+use_fire_reset=True`), so every Atari setting is passed explicitly.
 
 Layout. Observations stay in envpool's layout: Atari stacks are uint8 `[stack, H, W]`
 (channels-first, `EnvInfo.channels_first`). The replay stores them so, frame by frame
@@ -20,6 +21,10 @@ envpool facts the actors rely on (envpool 1.2.5, verified):
     episode but the game goes on and `info["elapsed_step"]` is NOT reset to 0, so detect episode
     starts as "the previous observation of this env was final", not by `elapsed_step == 0`.
   * With `reward_clip=True`, Atari's `info["reward"]` still holds the unclipped reward.
+  * `use_fire_reset=True` presses FIRE after the reset's no-ops and, with `episodic_life=True`,
+    after every lost life; without `episodic_life` only at the game's start (Breakout on
+    NOOP alone: a life lost every ~24 steps with both, one life in a whole game with fire reset
+    alone, none without it).
   * Env i of a pool is seeded `seed + i`.
   * Async use (`async_reset`, `recv`, `send`) needs `batch_size < num_envs`: with
     `batch_size == num_envs` a second `recv` can return empty arrays (envpool issue 259);
@@ -80,8 +85,9 @@ class EnvSettings:
       stack_num: Atari: frames stacked into one observation.
       max_episode_frames: Atari: emulator frames per episode (108K = 30 min at 60 Hz).
       img_size: Atari: observations are img_size x img_size grayscale.
-      use_fire_reset: Atari: press FIRE after reset in games that need it (envpool's default,
-        OpenAI Baselines'; envpool issue 221). Not in the papers.
+      fire_reset: Atari: press FIRE after reset (and after a lost life with episodic_life)
+        in games whose action set has it (envpool's `use_fire_reset`, OpenAI Baselines'
+        FireResetEnv). Off, as in the papers.
       full_action_space: Atari: all 18 actions instead of the game's minimal set (papers: minimal).
     """
 
@@ -99,7 +105,7 @@ class EnvSettings:
     stack_num: int = 4  # frames per observation
     max_episode_frames: int = 108_000  # frames
     img_size: int = 84  # pixels
-    use_fire_reset: bool = True
+    fire_reset: bool = False
     full_action_space: bool = False
 
     def __post_init__(self):
@@ -161,7 +167,7 @@ class EnvSettings:
                 img_height=self.img_size,
                 img_width=self.img_size,
                 gray_scale=True,
-                use_fire_reset=self.use_fire_reset,
+                use_fire_reset=self.fire_reset,
                 full_action_space=self.full_action_space,
             )
         elif self.max_episode_steps is not None:
@@ -234,8 +240,8 @@ def make_env(settings: EnvSettings):
 
 # The config fields that only envpool's Atari envs read (`envpool_kwargs`); another env would
 # silently ignore them.
-ATARI_ONLY = ("episodic_life", "reward_clip", "noop_max", "repeat_action_probability",
-              "max_episode_frames")
+ATARI_ONLY = ("episodic_life", "fire_reset", "reward_clip", "noop_max",
+              "repeat_action_probability", "max_episode_frames")
 
 
 def check_atari_only(config: Any) -> None:
@@ -260,7 +266,7 @@ def actor_env_settings(config: Any, actor_id: int, restart: int = 0) -> EnvSetti
 
     Args:
       config: has env, envs_per_actor, actor_batch_size, seed, max_episode_steps (0 = the env's
-        own) and the Atari settings episodic_life, reward_clip, noop_max,
+        own) and the Atari settings episodic_life, fire_reset, reward_clip, noop_max,
         repeat_action_probability and max_episode_frames.
       actor_id: the actor's index in the whole run.
       restart: how often this actor was restarted (a restarted actor gets fresh envs).
@@ -273,7 +279,7 @@ def actor_env_settings(config: Any, actor_id: int, restart: int = 0) -> EnvSetti
         env_id=config.env, num_envs=config.envs_per_actor, batch_size=config.actor_batch_size,
         seed=run_seeds(config).actor_envs_seed(actor_id, restart),
         max_episode_steps=config.max_episode_steps or None, episodic_life=config.episodic_life,
-        reward_clip=config.reward_clip, noop_max=config.noop_max,
+        fire_reset=config.fire_reset, reward_clip=config.reward_clip, noop_max=config.noop_max,
         repeat_action_probability=config.repeat_action_probability,
         max_episode_frames=config.max_episode_frames)
     check_atari_only(config)  # after EnvSettings: an unknown env id is reported as such

@@ -4,7 +4,13 @@ The protocol of Ape-X (Horgan et al. 2018, arXiv:1803.00933, Sec. 4.1 "no-op sta
 IMPALA (Espeholt et al. 2018, arXiv:1802.01561, Sec. 5.3 and Appendix), both after Mnih et al.
 2015 (Nature, Methods "Evaluation procedure"):
 
-  * up to 30 no-op actions at the start of each episode (envpool draws 1..noop_max);
+  * up to 30 no-op actions at the start of each episode: envpool draws their number uniformly
+    from 1..noop_max, as IMPALA states it ("uniformly chosen from [1, 30]", Sec. 5.3.2);
+  * no FIRE pressed for the agent at the start or after a lost life (`fire_reset`, off):
+    OpenAI Baselines' FireResetEnv, envpool's default, is not in the papers, and DeepMind's
+    agents do not use it (as DeepMind told the authors of two replications: Kaixhin/Rainbow
+    issue 19, astooke/rlpyt pull request 158). A game that waits for FIRE waits until the
+    agent presses it or the 108K-frame cap ends the game;
   * each episode capped at 108K emulator frames, 30 minutes of play (27K agent steps at frame
     skip 4);
   * whole games, scored as the game scores them: a lost life does not end the episode and
@@ -12,8 +18,9 @@ IMPALA (Espeholt et al. 2018, arXiv:1802.01561, Sec. 5.3 and Appendix), both aft
   * a fixed number of episodes per evaluated checkpoint (30 by default), on envs whose seeds
     no training env uses (`agents.run.seeds.RunSeeds.protocol_envs_seed`);
   * each paper's action rule. Ape-X acts epsilon-greedily on its Q-values with
-    `eval_epsilon` (0, greedy, by default: the value we could not check against the paper's
-    text, so it is a flag; Mnih et al. 2015 used 0.05, van Hasselt et al. 2016 0.001).
+    `eval_epsilon`, 0.001 by default (`agents.apex.config.PAPER_EVAL_EPSILON`: the value of
+    the Double DQN line Ape-X's agent comes from; the Ape-X paper's own could not be checked,
+    so it is a flag; Mnih et al. 2015 used 0.05).
     IMPALA samples its actions from the policy, as the paper's implementation evaluates
     (scalable_agent's actors sample at test time as in training); greedy is a flag.
 """
@@ -109,6 +116,8 @@ class EvalProtocol:
       epsilon: exploration rate of epsilon_greedy.
       noop_max: Atari: up to this many no-ops at each episode's start (>= 1 for envpool).
       max_episode_frames: Atari: the episode cap in emulator frames.
+      fire_reset: Atari: press FIRE for the agent at each game's start (envpool's
+        `use_fire_reset`; not in the papers' protocol).
     """
 
     episodes: int = 30
@@ -116,6 +125,7 @@ class EvalProtocol:
     epsilon: float = 0.0
     noop_max: int = 30  # no-ops
     max_episode_frames: int = 108_000  # frames = 27,000 agent steps
+    fire_reset: bool = False
 
     def __post_init__(self):
         if not isinstance(self.episodes, int) or self.episodes < 1:
@@ -134,10 +144,11 @@ class EvalProtocol:
 
     def env_settings(self, train_settings: Any, seed: int) -> Any:
         """The evaluation pool's `EnvSettings`: the training envs' game and preprocessing,
-        with full unclipped episodes, this protocol's no-ops, cap and episode count."""
+        with full unclipped episodes, this protocol's no-ops, cap, FIRE rule and episode
+        count."""
         return dataclasses.replace(
             train_settings.for_evaluation(self.episodes, seed=seed), noop_max=self.noop_max,
-            max_episode_frames=self.max_episode_frames)
+            max_episode_frames=self.max_episode_frames, fire_reset=self.fire_reset)
 
     def play(self, env: Any, policy: Callable, params: Any,
              rng: np.random.Generator | None = None,
@@ -146,8 +157,9 @@ class EvalProtocol:
         return play_episodes(env, policy, params, self.action_rule, self.epsilon, rng, stop)
 
 
-def paper_protocol(rule: Callable[[bool, float], tuple[str, float]], episodes: int = 30,
-                   greedy: bool = False, epsilon: float = 0.0) -> EvalProtocol:
+def paper_protocol(rule: Callable[[bool, float | None], tuple[str, float]],
+                   episodes: int = 30, greedy: bool = False,
+                   epsilon: float | None = None) -> EvalProtocol:
     """The evaluation protocol of an agent's paper (module docstring), with its action rule.
 
     Args:
@@ -155,18 +167,19 @@ def paper_protocol(rule: Callable[[bool, float], tuple[str, float]], episodes: i
         `paper_rule`; `agents.registry.paper_protocol` looks it up by the agent's name).
       episodes: episodes per evaluation.
       greedy: an agent that samples its actions takes the argmax instead.
-      epsilon: an agent that acts epsilon-greedily uses this rate.
+      epsilon: an agent that acts epsilon-greedily uses this rate (None: its paper's).
     """
     action_rule, rate = rule(greedy, epsilon)
     return EvalProtocol(episodes, action_rule, rate)
 
 
 def config_protocol(config: Any) -> EvalProtocol:
-    """The protocol of a training run's Evaluator: its config's episodes, no-ops and cap, and
-    its agent's action rule (`eval_epsilon` for Ape-X, `eval_action` for IMPALA)."""
+    """The protocol of a training run's Evaluator: its config's episodes, no-ops, cap and
+    FIRE rule, and its agent's action rule (`eval_epsilon` for Ape-X, `eval_action` for
+    IMPALA)."""
     rule, epsilon = config.eval_rule
     return EvalProtocol(config.eval_episodes, rule, epsilon, max(1, config.noop_max),
-                        config.max_episode_frames)
+                        config.max_episode_frames, config.fire_reset)
 
 
 class Evaluator:

@@ -148,9 +148,11 @@ def _describe_holder(holder: list[str]) -> str:
 def config_changes(saved: dict, config: Any) -> tuple[dict, dict]:
     """(fixed, allowed): fields whose value differs from the saved config, as
     `{field: (old, new)}`, split by `config.RESUME_MAY_CHANGE`. Fields the saved config does not
-    record (added since) are not compared. A checkpoint's meta keeps infinities, which
+    record (added since) are compared with the value they had in effect before they existed
+    (`config.former_values()`), or not at all. A checkpoint's meta keeps infinities, which
     compare as the None `config_values` writes for them."""
-    saved, fixed, allowed = _json_values(saved), {}, {}
+    saved = dict(config.former_values(), **_json_values(saved))
+    fixed, allowed = {}, {}
     for name, new in config_values(config).items():
         if name not in saved or saved[name] == new:
             continue

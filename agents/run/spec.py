@@ -30,7 +30,7 @@ class AgentSpec:
     load_agent: Callable[[], type]
     make_network: Callable[[Any, Any], Any]
     scores: Callable[[Any], Any]
-    paper_rule: Callable[[bool, float], tuple[str, float]]
+    paper_rule: Callable[[bool, float | None], tuple[str, float]]
 
     @property
     def agent(self) -> type:

@@ -65,7 +65,8 @@ flags.DEFINE_string("config", None, "the agent's flagfile (default: "
 flags.DEFINE_string("out_dir", None, "results (default: runs/reproduce_<agent>)")
 flags.DEFINE_integer("eval_episodes", 30, "episodes of the final protocol evaluation")
 flags.DEFINE_bool("greedy", False, "IMPALA: evaluate with argmax actions instead of samples")
-flags.DEFINE_float("eval_epsilon", 0.0, "Ape-X: the evaluation's epsilon")
+flags.DEFINE_float("eval_epsilon", None, "Ape-X: the evaluation's epsilon (default: "
+                   "agents.apex.config.PAPER_EVAL_EPSILON, 0.001; 0 is greedy)")
 flags.DEFINE_integer("bootstrap_reps", 2000, "bootstrap resamples of each interval")
 FLAGS = flags.FLAGS
 

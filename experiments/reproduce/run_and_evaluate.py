@@ -97,6 +97,14 @@ def _protocol_values(protocol: EvalProtocol | None) -> dict | None:
     return json.loads(json.dumps(dataclasses.asdict(protocol))) if protocol else None
 
 
+def _recorded_protocol(result: dict, config: Any) -> dict | None:
+    """The protocol a result records, fields added since at the value they had in effect:
+    envpool pressed FIRE at the start of Atari games (`RunConfig.former_values`)."""
+    recorded = result.get("protocol")
+    former = {"fire_reset": config.former_values().get("fire_reset", False)}
+    return None if recorded is None else dict(former, **recorded)
+
+
 def _read_result(path: str) -> dict | None:
     if not os.path.exists(path):
         return None
@@ -134,7 +142,8 @@ def plan(config: Any, protocol: EvalProtocol | None) -> Plan:
             raise UsageError(f"{os.path.join(run_dir, RESULT)} records no config and no "
                              f"checkpoint is left to compare with: {_fix(run_dir)}")
         return found
-    saved, new = config_values_of(saved), config_values(config)
+    saved = dict(config.former_values(), **config_values_of(saved))
+    new = config_values(config)
     differ = {k: (saved[k], v) for k, v in new.items()
               if k in saved and k not in NOT_COMPARED | {"total_env_steps"} and saved[k] != v}
     if differ:
@@ -149,13 +158,13 @@ def plan(config: Any, protocol: EvalProtocol | None) -> Plan:
                          f"a smaller budget cannot be had from it; {_fix(run_dir)}")
     if result is None:
         return found
-    if newest is None and (budget != old_budget or result.get("protocol")
-                           != _protocol_values(protocol)):
+    recorded = _recorded_protocol(result, config)
+    if newest is None and (budget != old_budget or recorded != _protocol_values(protocol)):
         raise UsageError(f"{run_dir} has a result but no checkpoint to continue or evaluate "
                          f"again: {_fix(run_dir)}")
     if budget != old_budget:
         found.action = CONTINUE
-    elif result.get("protocol") != _protocol_values(protocol):
+    elif recorded != _protocol_values(protocol):
         found.action = REEVALUATE
     elif "config" not in result and result.get("env_steps") != trained_steps:
         found.action = REEVALUATE  # an unrecorded result of another checkpoint than the final

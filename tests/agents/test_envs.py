@@ -53,6 +53,30 @@ def test_non_default_atari_settings_reach_envpool():
     assert env_info(settings).obs_shape == (2, 64, 64)
 
 
+def lives_lost_on_noops(fire_reset: bool, episodic_life: bool, steps: int = 300) -> int:
+    """Breakout played with NOOP only: its ball is launched by FIRE alone."""
+    env = make_env(EnvSettings("Breakout-v5", 1, 1, seed=0, noop_max=1, fire_reset=fire_reset,
+                               episodic_life=episodic_life))
+    try:
+        env.reset()
+        lives = []
+        for _ in range(steps):
+            *_, info = env.step(np.zeros(1, np.int32))
+            lives.append(int(info["lives"][0]))
+    finally:
+        env.close()
+    return int(np.sum(np.diff(lives) < 0))
+
+
+def test_fire_reset_is_off_by_default_as_in_the_papers_and_presses_fire_when_on():
+    assert EnvSettings("Breakout-v5", 1, 1, seed=0).envpool_kwargs()["use_fire_reset"] is False
+    assert lives_lost_on_noops(fire_reset=False, episodic_life=True) == 0  # the ball never moves
+    assert lives_lost_on_noops(fire_reset=False, episodic_life=False) == 0
+    # on: FIRE after the reset and, with life-loss episodes, after every lost life
+    assert lives_lost_on_noops(fire_reset=True, episodic_life=True) >= 5
+    assert lives_lost_on_noops(fire_reset=True, episodic_life=False) == 1  # only at the start
+
+
 def test_max_episode_frames_counts_frames():
     # 40 frames at frame skip 4 are 10 agent steps; envpool's max_episode_steps counts steps.
     env = make_env(EnvSettings("Pong-v5", 1, 1, seed=0, max_episode_frames=40))

@@ -219,6 +219,23 @@ def test_an_unchanged_infinite_solved_return_is_not_reported_as_a_change(tmp_pat
     assert not fixed and allowed == {"solved_return": (None, 20.0)}
 
 
+def test_a_field_added_since_is_compared_with_the_value_runs_had_before_it(tmp_path):
+    """Runs saved before `fire_reset` existed pressed FIRE in Atari games (envpool's default):
+    resuming one without it is a change of task; for other envs the field does not apply."""
+    def saved_without_fire_reset(config):
+        saved = json.loads(json.dumps(dataclasses.asdict(config)))
+        del saved["fire_reset"]
+        return saved
+
+    pong = apex_config(tmp_path, env="Pong-v5")
+    assert run_folder.config_changes(saved_without_fire_reset(pong), pong) == (
+        {"fire_reset": (True, False)}, {})
+    fired = dataclasses.replace(pong, fire_reset=True)
+    assert run_folder.config_changes(saved_without_fire_reset(pong), fired) == ({}, {})
+    cartpole = apex_config(tmp_path)
+    assert run_folder.config_changes(saved_without_fire_reset(cartpole), cartpole) == ({}, {})
+
+
 def test_resume_without_a_checkpoint_says_so(tmp_path):
     printed = []
     assert run_folder.prepare_run_folder(apex_config(tmp_path, resume=True),

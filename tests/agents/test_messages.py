@@ -145,7 +145,7 @@ def test_inspect_checkpoint_names_a_damaged_checkpoint(tmp_path):
 
 # ------------------------------------------------------------------------ flags for CartPole
 
-ATARI_VALUES = dict(episodic_life=False, reward_clip=False, noop_max=5,
+ATARI_VALUES = dict(episodic_life=False, fire_reset=True, reward_clip=False, noop_max=5,
                     repeat_action_probability=0.25, max_episode_frames=10_000)
 
 

@@ -96,6 +96,21 @@ def test_another_protocol_evaluates_the_final_checkpoint_again_without_training(
     assert json.loads((run_dir / "result.json").read_text()) == again
 
 
+def test_a_result_recorded_before_the_fire_rule_is_read_with_the_rule_then_in_effect(
+        copy, monkeypatch):
+    """Protocols recorded before `fire_reset` existed: envpool pressed FIRE in Atari games, so
+    an Atari result is of another protocol (evaluated again); a CartPole one is reused."""
+    run_dir, first = copy
+    old = dict(first, protocol={k: v for k, v in first["protocol"].items() if k != "fire_reset"})
+    (run_dir / "result.json").write_text(json.dumps(old))
+    no_training(monkeypatch)
+    monkeypatch.setattr(run_and_evaluate.trained, "load", None)  # nor is anything evaluated
+    assert harness_run(run_dir) == old
+    pong = impala_config(run_dir, env="Pong-v5")
+    assert run_and_evaluate._recorded_protocol(old, pong)["fire_reset"] is True
+    assert run_and_evaluate._recorded_protocol(first, pong) == first["protocol"]
+
+
 def test_another_config_or_a_smaller_budget_is_refused_naming_the_setting(copy, monkeypatch):
     run_dir, first = copy
     no_training(monkeypatch)

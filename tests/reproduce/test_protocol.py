@@ -35,6 +35,9 @@ def test_protocol_envs_are_whole_unclipped_games_with_noops_and_the_cap():
     assert kwargs["num_envs"] == kwargs["batch_size"] == 30  # one episode per env, synchronous
     assert kwargs["episodic_life"] is False and kwargs["reward_clip"] is False
     assert kwargs["noop_max"] == 30 and kwargs["max_episode_steps"] == 27_000  # 108K frames / 4
+    assert kwargs["use_fire_reset"] is False  # the papers press no FIRE for the agent
+    fired = EvalProtocol(fire_reset=True).env_settings(TRAIN, seed=123).envpool_kwargs()
+    assert fired["use_fire_reset"] is True
     env = make_env(settings)
     try:
         assert env.config["episodic_life"] is False and env.config["reward_clip"] is False
@@ -140,16 +143,19 @@ def test_bad_protocol_values_raise_naming_them():
 
 
 def test_each_paper_and_training_runs_get_their_action_rule():
-    assert paper_protocol("impala").action_rule == "sample"
-    assert paper_protocol("impala", greedy=True).action_rule == "greedy"
-    assert (paper_protocol("apex", epsilon=0.001).action_rule,
-            paper_protocol("apex", epsilon=0.001).epsilon) == ("epsilon_greedy", 0.001)
     from agents.apex.config import ApexConfig
     from agents.impala.config import ImpalaConfig
 
+    assert paper_protocol("impala").action_rule == "sample"
+    assert paper_protocol("impala", greedy=True).action_rule == "greedy"
+    assert (paper_protocol("apex", epsilon=0.05).action_rule,
+            paper_protocol("apex", epsilon=0.05).epsilon) == ("epsilon_greedy", 0.05)
+    assert paper_protocol("apex").epsilon == 0.001 == ApexConfig().eval_epsilon  # the default
+    assert paper_protocol("apex", epsilon=0.0).epsilon == 0.0  # greedy, when asked
     impala = config_protocol(ImpalaConfig(eval_action="sample", eval_episodes=7))
     apex = config_protocol(ApexConfig(eval_epsilon=0.05))
-    assert (impala.action_rule, impala.episodes) == ("sample", 7)
+    assert (impala.action_rule, impala.episodes, impala.fire_reset) == ("sample", 7, False)
+    assert config_protocol(ImpalaConfig(fire_reset=True)).fire_reset  # as the run trains
     assert (apex.action_rule, apex.epsilon) == ("epsilon_greedy", 0.05)
     with pytest.raises(ValueError, match="eval_action must be one of"):
         ImpalaConfig(eval_action="argmax")
