@@ -56,10 +56,18 @@ def interval_estimates(scores_by_name: dict[str, np.ndarray], reps: int = 2000,
                        ) -> dict[str, dict[str, tuple[float, float, float]]]:
     """Each aggregate of each named `[runs, tasks]` score array as (point, low, high): the
     stratified bootstrap's 95% interval (runs resampled within each task; rliable's
-    `get_interval_estimates`, Agarwal et al. 2021, Sec. 4)."""
+    `get_interval_estimates`, Agarwal et al. 2021, Sec. 4). One run per task has no
+    interval: low and high are NaN (a bootstrap of one run would print a zero-width one)."""
     from rliable import library
 
     arrays = {name: _check_scores(s) for name, s in scores_by_name.items()}
+    single = {name: x for name, x in arrays.items() if x.shape[0] < 2}
+    if single:
+        results = {name: {k: (v, math.nan, math.nan)
+                          for k, v in point_aggregates(x, gap_threshold).items()}
+                   for name, x in single.items()}
+        rest = {name: x for name, x in arrays.items() if name not in single}
+        return results | (interval_estimates(rest, reps, seed, gap_threshold) if rest else {})
 
     def aggregates(x):
         values = point_aggregates(x, gap_threshold)
@@ -73,8 +81,10 @@ def interval_estimates(scores_by_name: dict[str, np.ndarray], reps: int = 2000,
 
 
 def format_estimate(estimate: tuple[float, float, float], digits: int = 3) -> str:
-    """`point [low, high]`."""
+    """`point [low, high]`, or `point (1 seed)` when there is no interval."""
     point, low, high = estimate
+    if math.isnan(low) or math.isnan(high):
+        return f"{point:.{digits}g} (1 seed)"
     return f"{point:.{digits}g} [{low:.{digits}g}, {high:.{digits}g}]"
 
 

@@ -85,7 +85,8 @@ def collect(results: dict, refs: dict, column: str) -> tuple[list[list], dict, d
             hns_by_game[env] = norm
         paper_hns = (aggregates.human_normalized(paper, ref["random"], ref["human"])
                      if ref else math.nan)
-        rows.append([game_name(env), len(runs), float(final.mean()), float(final.std()),
+        spread = float(final.std()) if len(final) > 1 else "-"  # one seed has no spread
+        rows.append([game_name(env), len(runs), float(final.mean()), spread,
                      paper, float(np.mean(norm)), paper_hns])
     return rows, hns_by_game, {env: [np.mean(r["final_returns"]) for r in runs]
                                for env, runs in results.items()}
@@ -107,7 +108,8 @@ def summary_markdown(results: dict, refs: dict, column: str, reps: int) -> str:
         est = aggregates.interval_estimates({"ours": ours}, reps=reps)["ours"]
         point = aggregates.point_aggregates(paper)
         text += ["", f"Human-normalized aggregates over {ours.shape[1]} game(s), "
-                 f"{ours.shape[0]} seed(s) (95% stratified bootstrap intervals):", "",
+                 + (f"{ours.shape[0]} seeds (95% stratified bootstrap intervals):"
+                    if ours.shape[0] > 1 else "1 seed (no intervals):"), "",
                  aggregates.markdown_table(
                      ["aggregate", "ours", "paper (same games)"],
                      [[k, aggregates.format_estimate(est[k]), point[k]]

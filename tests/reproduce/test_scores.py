@@ -2,12 +2,15 @@
 examples; the ablation's summary on fabricated runs."""
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import aggregates
 import references
+from conftest import REPRODUCE
 
 
 def test_human_normalized_score():
@@ -42,6 +45,24 @@ def test_intervals_contain_the_point_and_shrink_with_more_runs():
             assert low <= point <= high
     width = {n: est[n]["iqm"][2] - est[n]["iqm"][1] for n in est}
     assert width["many"] < width["few"]
+
+
+def test_one_seed_has_no_interval_and_the_summaries_say_so():
+    est = aggregates.interval_estimates({"one": np.array([[0.5, 1.5]]),
+                                         "two": np.array([[0.5, 1.5], [1.0, 2.0]])}, reps=100)
+    point, low, high = est["one"]["mean"]
+    assert point == 1.0 and math.isnan(low) and math.isnan(high)
+    assert aggregates.format_estimate(est["one"]["mean"]) == "1 (1 seed)"
+    assert not math.isnan(est["two"]["mean"][1])  # two seeds: an interval
+    # atari.py's summary of one seed: no interval, no spread (its flags live in its own process)
+    code = ("import atari, references; print(atari.summary_markdown("
+            "{'Pong-v5': [{'final_returns': [10.0, 12.0]}]}, references.load_references(), "
+            "'apex_noop', reps=100))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPRODUCE, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "1 seed (no intervals)" in done.stdout and "| Pong | 1 | 11 | - |" in done.stdout
+    assert "(1 seed)" in done.stdout and "[" not in done.stdout, done.stdout
 
 
 def test_bad_scores_raise():
