@@ -30,7 +30,8 @@ from agents.run.seeds import run_seeds
 
 def config_from_saved(config_cls: type, saved: dict) -> Any:
     """`config_cls` from a checkpoint's `meta.json` config: lists back to tuples, a None
-    infinity back to inf; fields it does not record (added since) keep their defaults."""
+    infinity back to inf; fields it does not record (added since) take the value they had in
+    effect then (`RunConfig.former_values`: FIRE pressed in Atari games) or their default."""
     hints = typing.get_type_hints(config_cls)
     values = {}
     for field in dataclasses.fields(config_cls):
@@ -42,7 +43,9 @@ def config_from_saved(config_cls: type, saved: dict) -> Any:
         elif hints[field.name] is float and value is None:
             value = math.inf
         values[field.name] = value
-    return config_cls(**values)
+    config = config_cls(**values)
+    former = {k: v for k, v in config.former_values().items() if k not in saved}
+    return dataclasses.replace(config, **former)
 
 
 def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalProtocol,

@@ -37,6 +37,7 @@ def test_the_shipped_pong_checkpoint_loads_and_wins_its_games():
     assert (pong.config.torso, pong.config.norm, pong.config.batch_size) == \
         ("impala_shallow", "group", 8)
     assert pong.config.solved_return == math.inf  # saved as JSON's Infinity
+    assert pong.config.fire_reset  # saved before the flag: trained with envpool's FIRE presses
     assert pong.updates == 31_248 and pong.env_steps == 5_000_000
     returns = pong.evaluate(paper_protocol("impala", episodes=2))
     assert returns.shape == (2,) and (returns > 0).all(), returns  # 30 games: +15 to +20
@@ -81,3 +82,6 @@ def test_config_from_saved_restores_tuples_and_infinities():
                                        no_such_field=1)))
     config = trained.config_from_saved(ApexConfig, saved)
     assert config.mlp_hidden_sizes == (64, 32) and config.solved_return == math.inf
+    assert config.fire_reset  # Pong (the default env), saved before the flag: FIRE was pressed
+    cartpole = trained.config_from_saved(ApexConfig, dict(saved, env="CartPole-v1"))
+    assert not cartpole.fire_reset  # no former value applies
