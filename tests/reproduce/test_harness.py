@@ -110,7 +110,8 @@ def test_ablation_flags_and_summary():
     assert "| 1 | vtrace | 2.0 | 0.100 | 0.500 | 0.50 | 0/2 | 2 |" in table
     assert "| 1 | none | 2.0 | 0.100 | 0.500 | 0.50 | 1/1 | 1 |" in table
     np.testing.assert_allclose(cells["vtrace_k1"]["final"][0], 150.0)  # IQM of two = mean
-    np.testing.assert_allclose(cells["none_k1"]["auc"], [10.0, 10.0, 10.0])
+    np.testing.assert_allclose(cells["none_k1"]["auc"], [10.0, np.nan, np.nan])  # one seed
+    assert "| 50 (1 seed) | 10 (1 seed) |" in table  # no zero-width interval
     with_lr = {Key("vtrace", 8, lr=0.001, entropy=0.01): results[Key("vtrace", 1)]}
     table, cells = vtrace_ablation.summarize(with_lr, ["vtrace"])
     assert "| 8 | vtrace | 0.001 | 0.01 | 2.0 |" in table and "vtrace_k8_lr0.001_ent0.01" in cells
