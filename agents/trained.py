@@ -48,6 +48,16 @@ def config_from_saved(config_cls: type, saved: dict) -> Any:
     return dataclasses.replace(config, **former)
 
 
+def protocol_envs(config: Any, protocol: EvalProtocol, evaluation: int = 0
+                  ) -> tuple[Any, np.random.Generator]:
+    """The `EnvSettings` of a run's protocol evaluation `evaluation` (envs seeded apart from
+    training and from its other evaluations) and the random stream of its actions."""
+    seeds = run_seeds(config)
+    settings = protocol.env_settings(actor_env_settings(config, 0),
+                                     seeds.protocol_envs_seed(evaluation, protocol.episodes))
+    return settings, np.random.default_rng(seeds.protocol_actions(evaluation))
+
+
 def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalProtocol,
                     evaluation: int = 0) -> np.ndarray:
     """Plays `protocol.episodes` episodes with `params` on envs seeded apart from training
@@ -60,12 +70,9 @@ def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalPr
       protocol: episodes, action rule, no-ops and cap (`paper_protocol`).
       evaluation: which of the run's protocol evaluations this is.
     """
-    seeds = run_seeds(config)
-    settings = protocol.env_settings(actor_env_settings(config, 0),
-                                     seeds.protocol_envs_seed(evaluation, protocol.episodes))
+    settings, rng = protocol_envs(config, protocol, evaluation)
     env = make_env(settings)
     try:
-        rng = np.random.default_rng(seeds.protocol_actions(evaluation))
         return protocol.play(env, scores, params, rng).returns
     finally:
         env.close()

@@ -17,9 +17,8 @@ from PIL import Image, ImageDraw
 
 from agents import registry, trained
 from agents.run import checkpoint
-from agents.run.envs import actor_env_settings, make_env
+from agents.run.envs import make_env
 from agents.run.evaluation import FRAME_SKIP, select_actions
-from agents.run.seeds import run_seeds
 
 flags.DEFINE_string("agent", "impala", f"the checkpoint's agent: one of {registry.names()}")
 flags.DEFINE_string("checkpoint", None, "a checkpoint folder (runs/<run>/checkpoints/step_N)")
@@ -46,10 +45,7 @@ def play(agent: trained.TrainedAgent, max_steps: int, every: int
     """Frames `[84, 84]` uint8 every `every` agent steps, the score at each, the final score
     and whether the game ended within `max_steps`."""
     protocol = registry.paper_protocol(agent.agent, episodes=1)
-    seeds = run_seeds(agent.config)
-    settings = protocol.env_settings(actor_env_settings(agent.config, 0),
-                                     seeds.protocol_envs_seed(0, protocol.episodes))
-    rng = np.random.default_rng(seeds.protocol_actions(0))
+    settings, rng = trained.protocol_envs(agent.config, protocol)
     env = make_env(settings)
     frames, scores, score, ended = [], [], 0.0, False
     try:

@@ -22,6 +22,7 @@ LOSSES = ("squared", "huber")
 # human starts). Mnih et al. 2015 used 0.05.
 PAPER_EVAL_EPSILON = 0.001
 
+
 @dataclasses.dataclass(frozen=True)
 class ApexConfig(RunConfig, NetworkConfig, OptimizerConfig, RayConfig):
     """Every setting of an Ape-X run; each is also a command-line flag of the same name.

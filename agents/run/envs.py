@@ -23,7 +23,7 @@ envpool facts the actors rely on (envpool 1.2.5, verified):
   * With `reward_clip=True`, Atari's `info["reward"]` still holds the unclipped reward.
   * `use_fire_reset=True` presses FIRE after the reset's no-ops and, with `episodic_life=True`,
     after every lost life; without `episodic_life` only at the game's start (Breakout on
-    NOOP alone: a life lost every ~24 steps with both, one life in a whole game with fire reset
+    NOOP alone: a life lost every ~25 steps with both, one life in a whole game with fire reset
     alone, none without it).
   * Env i of a pool is seeded `seed + i`.
   * Async use (`async_reset`, `recv`, `send`) needs `batch_size < num_envs`: with

@@ -61,23 +61,22 @@ def interval_estimates(scores_by_name: dict[str, np.ndarray], reps: int = 2000,
     from rliable import library
 
     arrays = {name: _check_scores(s) for name, s in scores_by_name.items()}
-    single = {name: x for name, x in arrays.items() if x.shape[0] < 2}
-    if single:
-        results = {name: {k: (v, math.nan, math.nan)
-                          for k, v in point_aggregates(x, gap_threshold).items()}
-                   for name, x in single.items()}
-        rest = {name: x for name, x in arrays.items() if name not in single}
-        return results | (interval_estimates(rest, reps, seed, gap_threshold) if rest else {})
+    out = {name: {k: (v, math.nan, math.nan)
+                  for k, v in point_aggregates(x, gap_threshold).items()}
+           for name, x in arrays.items() if x.shape[0] < 2}
+    several = {name: x for name, x in arrays.items() if name not in out}
+    if not several:
+        return out
 
     def aggregates(x):
         values = point_aggregates(x, gap_threshold)
         return np.array([values[k] for k in AGGREGATES])
 
     points, intervals = library.get_interval_estimates(
-        arrays, aggregates, reps=reps, random_state=np.random.RandomState(seed))
-    return {name: {k: (float(points[name][i]), float(intervals[name][0, i]),
-                       float(intervals[name][1, i])) for i, k in enumerate(AGGREGATES)}
-            for name in arrays}
+        several, aggregates, reps=reps, random_state=np.random.RandomState(seed))
+    return out | {name: {k: (float(points[name][i]), float(intervals[name][0, i]),
+                             float(intervals[name][1, i])) for i, k in enumerate(AGGREGATES)}
+                  for name in several}
 
 
 def format_estimate(estimate: tuple[float, float, float], digits: int = 3) -> str:
