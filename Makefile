@@ -42,6 +42,7 @@ bench: setup-dev
 	$(PY) benchmarks/bench_vtrace.py
 	$(PY) benchmarks/bench_group_norm.py
 	$(PY) benchmarks/bench_torsos.py
+	$(PY) benchmarks/bench_strided_conv.py
 	$(PY) benchmarks/bench_sum_tree.py
 	$(PY) benchmarks/bench_replay.py
 	$(PY) benchmarks/bench_replay_contention.py

@@ -3,8 +3,10 @@
 The update of the Pong CPU config (`impala_pong_cpu_group_norm_batch8.cfg`: shallow torso with
 GroupNorm, T=20, B=8, V-trace, RMSProp) is the bound of a full run on two cores, so its time
 per update is the time per 160 agent steps. Each variant runs in its own process (XLA reads its
-flags once, at start), all on the same synthetic batch; the variants are run in turn twice
-(A, B, ..., A, B, ...) so that drift in the machine's load hits each of them alike.
+flags once, at start), all on the same synthetic batch; `xla_conv` is the default with the
+torso's convolutions through XLA's convolution instead of `ops.strided_conv` (the torsos' way
+on CPU). The variants are run in turn twice (A, B, ..., A, B, ...) so that drift in the
+machine's load hits each of them alike.
 
     python benchmarks/bench_learner_cpu.py [--seconds 20] [--variants default,onednn,...]
 """
@@ -20,7 +22,10 @@ import time
 import timing
 
 # name -> (XLA_FLAGS additions, extra environment). Flags checked against jaxlib 0.10.
+# BENCH_CONV=xla is read by this script's child alone: the torso's convolutions go through
+# XLA's convolution instead of `ops.strided_conv` (the torsos' way on CPU), for the ratio.
 VARIANTS = {
+    "xla_conv": ("", {"BENCH_CONV": "xla"}),
     "default": ("", {}),
     "no_async_dispatch": ("", {"JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}),
     "onednn": ("--xla_cpu_use_onednn=true", {}),
@@ -46,6 +51,10 @@ def build_update():
     from agents.run.envs import actor_env_settings, env_info
     from agents.run.flags import config_from_flagfile
 
+    if os.environ.get("BENCH_CONV") == "xla":
+        from networks import _conv_utils
+        _conv_utils.conv2d_valid = lambda x, kernel, stride: jax.lax.conv_general_dilated(
+            x, kernel, (stride, stride), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     config = config_from_flagfile(ImpalaConfig, CONFIG)
     info = env_info(actor_env_settings(config, 0))
     rng = np.random.default_rng(0)  # the torch reference's batch too (its make_batch)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from ops.group_norm import GroupNorm
+from ops.strided_conv import conv2d_valid
 
 NORMS = ("none", "group", "layer")
 
@@ -100,3 +101,35 @@ def dense_out(x: jax.Array, batch_shape: tuple[int, ...], hidden_size: int | Non
     if hidden_size is None:
         return x
     return nn.relu(nn.Dense(hidden_size, name="dense")(x))
+
+
+class ValidConv(nn.Module):
+    """A square VALID convolution with bias: `nn.Conv(features, (k, k), (s, s), "VALID")`'s
+    parameters (names, shapes, initializers), computed by `ops.strided_conv` on CPU.
+
+    XLA's CPU backend runs the gradients of the torsos' large strided convolutions slowly; the
+    space-to-depth matmul computes the same function (to float32 rounding) in less than half
+    the time there (`benchmarks/bench_strided_conv.py`). Other backends keep XLA's convolution.
+    The choice is made when the function is traced, from the backend it is traced for.
+
+    Attributes:
+      features: output channels F.
+      kernel_size: K, for a K x K kernel.
+      stride: the stride along H and W.
+    """
+    features: int
+    kernel_size: int
+    stride: int = 1
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """`[N, H, W, C]` -> `[N, (H - K) // stride + 1, (W - K) // stride + 1, F]`."""
+        kernel = self.param("kernel", nn.initializers.lecun_normal(),
+                            (self.kernel_size, self.kernel_size, x.shape[-1], self.features))
+        bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
+        if jax.default_backend() == "cpu":
+            y = conv2d_valid(x, kernel, self.stride)
+        else:
+            y = jax.lax.conv_general_dilated(x, kernel, (self.stride, self.stride), "VALID",
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return y + bias.reshape(1, 1, 1, -1)

@@ -82,8 +82,7 @@ class _PlainConvTorso(nn.Module):
         """
         x, batch_shape = _conv_utils.frames_to_float(x, type(self).__name__)  # [N, H, W, C]
         for i, (features, kernel, stride) in enumerate(self.CONVS):
-            x = nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID",
-                        name=f"conv_{i}")(x)
+            x = _conv_utils.ValidConv(features, kernel, stride, name=f"conv_{i}")(x)
             norm = _conv_utils.norm_layer(self.norm, self.num_groups, f"norm_{i}")
             x = nn.relu(x if norm is None else norm(x))
         return _conv_utils.dense_out(x, batch_shape, self.hidden_size)
