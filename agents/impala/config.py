@@ -8,7 +8,7 @@ override these for CartPole and for a GPU host. The environment, budget and run 
 
 import dataclasses
 
-from agents.impala.losses import CORRECTIONS, REDUCTIONS
+from agents.impala.losses import CORRECTIONS, EPSILON_CORRECTION, REDUCTIONS
 from agents.run.config import RunConfig, check_fields
 from agents.run.config_groups import MultiProcessConfig, NetworkConfig, OptimizerConfig
 
@@ -38,6 +38,9 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
       lambda_: V-trace lambda.
       correction: how the loss treats the policy lag (Sec. 5.2.2 of the paper): vtrace, none,
         epsilon or is_1step (`agents.impala.losses`).
+      epsilon_correction: correction=epsilon: the epsilon in log(pi(a|x) + epsilon) (the
+        paper's 1e-6); a step whose action the learner gives probability <= epsilon loses half
+        or more of its policy gradient.
       optimizer: rmsprop (the paper) or adam.
       learning_rate: initial step size, annealed linearly to 0 over total_env_steps (agent
         steps; on Atari each is 4 frames, so the paper's 200M frames are 50M steps).
@@ -72,6 +75,7 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
     pg_rho_bar: float = 1.0
     lambda_: float = 1.0
     correction: str = "vtrace"
+    epsilon_correction: float = EPSILON_CORRECTION
     publish_period: int = 1
     actor_refresh_period: int = 1  # parameter versions
     eval_action: str = "greedy"
@@ -86,7 +90,8 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
                              "unroll_length", "batch_size", "queue_size", "replay_proportion",
                              "replay_unrolls", "discount", "reward_scale",
                              "baseline_cost", "entropy_cost", "reduction", "rho_bar", "c_bar",
-                             "pg_rho_bar", "lambda_", "correction", "publish_period",
+                             "pg_rho_bar", "lambda_", "correction", "epsilon_correction",
+                             "publish_period",
                              "actor_refresh_period", "eval_action"})
 
     def __post_init__(self):
@@ -106,6 +111,8 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
             raise ValueError(f"replay_proportion must be in [0, 1), got {self.replay_proportion}")
         self.check_optimizer()
         self.check_processes(self.batch_size, self.zero_stage)
+        if not self.epsilon_correction > 0:
+            raise ValueError(f"epsilon_correction must be > 0, got {self.epsilon_correction}")
         if self.c_bar > self.rho_bar:
             raise ValueError(f"c_bar ({self.c_bar}) must be <= rho_bar ({self.rho_bar})")
         self.check_network()

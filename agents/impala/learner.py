@@ -92,7 +92,7 @@ def make_update(network: nn.Module, config: ImpalaConfig, mesh: jax.sharding.Mes
             entropy_cost=config.entropy_cost, lambda_=config.lambda_,
             clip_rho_threshold=config.rho_bar, clip_c_threshold=config.c_bar,
             clip_pg_rho_threshold=config.pg_rho_bar, correction=config.correction,
-            reduction="sum")
+            epsilon=config.epsilon_correction, reduction="sum")
         # The reduction is over the whole batch, not each device's shard: a sum needs no
         # normalizer, a mean divides by the real steps of all shards together. The logged
         # loss terms are the whole batch's, with the run's reduction.

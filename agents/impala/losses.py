@@ -88,6 +88,7 @@ def impala_loss(
     clip_pg_rho_threshold: float = 1.0,
     reduction: str = "sum",
     correction: str = "vtrace",
+    epsilon: float = EPSILON_CORRECTION,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The V-trace actor-critic loss of IMPALA (Espeholt et al. 2018, eq. 1 and Sec. 4.2).
 
@@ -126,13 +127,18 @@ def impala_loss(
       reduction: "sum" | "mean" over the real steps.
       correction: "vtrace" | "none" | "epsilon" | "is_1step" (module docstring); the clip
         thresholds apply to "vtrace" only.
+      epsilon: the epsilon of correction="epsilon", > 0. Its gradient with respect to the
+        logits is pi/(pi + epsilon) times the uncorrected one, so a step whose action the
+        learner gives probability pi(a_s|x_s) <= epsilon loses half or more of its policy
+        gradient.
 
     Returns:
       `(loss, metrics)`: the scalar loss and a dict of scalars: `loss`, `pg_loss`,
       `baseline_loss` (before `baseline_cost`), `entropy_loss` (before `entropy_cost`), each with
       `reduction` applied; and per real step means: `entropy`, `pg_advantage_abs`, `rho`
       (the unclipped ratio pi/mu), `rho_clipped_fraction` (the fraction with rho > rho_bar),
-      `behaviour_kl` (KL(mu || pi) per step, the size of the policy lag); and per unroll,
+      `behaviour_kl` (KL(mu || pi) per step, the size of the policy lag), `unlikely_fraction`
+      (the fraction with pi(a_s|x_s) < epsilon, for every correction); and per unroll,
       `trace_product`: the mean over the batch of prod_t c_t over the unroll's real steps,
       c_t = lambda min(c_bar, rho_t), i.e. how much of an unroll V-trace's traces carry (a
       diagnostic of the data, reported for every correction with the configured c_bar).
@@ -141,6 +147,8 @@ def impala_loss(
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
     _check_shapes(target_logits, values, actions, behaviour_logits, rewards, discounts,
                   episode_ends, masks)
     masks = jnp.asarray(masks, values.dtype)
@@ -163,7 +171,7 @@ def impala_loss(
                  clip_c_threshold=thresholds[1], clip_pg_rho_threshold=thresholds[2])
     pg_advantages = out.pg_advantages * rhos if correction == "is_1step" else out.pg_advantages
     if correction == "epsilon":
-        pg_log_probs = jnp.log(jnp.exp(target_log_probs) + EPSILON_CORRECTION)  # [T, B...]
+        pg_log_probs = jnp.log(jnp.exp(target_log_probs) + epsilon)  # [T, B...]
     else:
         pg_log_probs = target_log_probs
 
@@ -199,6 +207,7 @@ def impala_loss(
         rho=step_mean(rhos),
         rho_clipped_fraction=step_mean((rhos > clip_rho_threshold).astype(values.dtype)),
         behaviour_kl=step_mean(behaviour_kl),
+        unlikely_fraction=step_mean((target_log_probs < math.log(epsilon)).astype(values.dtype)),
         trace_product=jax.lax.stop_gradient(trace_product),
     )
     return loss, metrics

@@ -68,6 +68,7 @@ def test_paper_defaults():
     (ApexConfig, dict(backend="ray", ray_samples_in_flight=0),
      "ray_samples_in_flight must be >= 1, got 0"),
     (ImpalaConfig, dict(c_bar=2.0), "c_bar"),
+    (ImpalaConfig, dict(epsilon_correction=0.0), "epsilon_correction must be > 0, got 0.0"),
     (ImpalaConfig, dict(reduction="max"), "reduction"),
     (ImpalaConfig, dict(envs_per_actor=4, actor_batch_size=4), "actor_batch_size"),
     (ImpalaConfig, dict(repeat_action_probability=2.0), "repeat_action_probability"),

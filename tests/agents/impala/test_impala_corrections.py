@@ -14,7 +14,7 @@ COSTS = dict(baseline_cost=0.5, entropy_cost=0.1)
 
 
 def reference(z, v, actions, mu_logits, r, d, ends, masks, correction, rho_bar=1.0, c_bar=1.0,
-              lam=1.0):
+              lam=1.0, epsilon=EPSILON_CORRECTION):
     """Loss, dL/dz [T, B, A] and dL/dv [T+1, B] of one correction, float64, step by step.
 
     Targets: V-trace's explicit sum (`reference_targets`) with clipped ratios for V-trace, and
@@ -43,8 +43,8 @@ def reference(z, v, actions, mu_logits, r, d, ends, masks, correction, rho_bar=1
             onehot = np.eye(z.shape[-1])[actions[s, b]]
             pa = p[s, b, actions[s, b]]
             if correction == "epsilon":
-                log_term = np.log(pa + EPSILON_CORRECTION)
-                dlog = pa / (pa + EPSILON_CORRECTION) * (onehot - p[s, b])
+                log_term = np.log(pa + epsilon)
+                dlog = pa / (pa + epsilon) * (onehot - p[s, b])
             else:
                 log_term, dlog = logp_a[s, b], onehot - p[s, b]
             entropy = -(p[s, b] * logp[s, b]).sum()
@@ -97,6 +97,47 @@ def test_each_correction_matches_float64_reference(correction, jit):
     np.testing.assert_allclose(value, expected, rtol=2e-5, atol=2e-4)
     np.testing.assert_allclose(g_z, e_z, rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(g_v, e_v, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("epsilon", [1e-2, 0.3])
+def test_a_larger_epsilon_matches_the_reference(epsilon):
+    """`epsilon` reaches the loss; at 0.3 it weakens the gradient of every step, not only the
+    near-impossible action's."""
+    z, v, actions, mu_logits, r, d, ends, masks = hand_built_unroll()
+    args = (jnp.asarray(actions), jnp.asarray(mu_logits, jnp.float32),
+            jnp.asarray(r, jnp.float32), jnp.asarray(d, jnp.float32), jnp.asarray(ends),
+            jnp.asarray(masks, jnp.float32))
+    fn = jax.value_and_grad(lambda z: impala_loss(z, jnp.asarray(v, jnp.float32), *args,
+                                                  **COSTS, correction="epsilon",
+                                                  epsilon=epsilon)[0])
+    value, g_z = fn(jnp.asarray(z, jnp.float32))
+    expected, e_z, _ = reference(z, v, actions, mu_logits, r, d, ends, masks, "epsilon",
+                                 epsilon=epsilon)
+    np.testing.assert_allclose(value, expected, rtol=2e-5, atol=2e-4)
+    np.testing.assert_allclose(g_z, e_z, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("correction", CORRECTIONS)
+@pytest.mark.parametrize("epsilon", [EPSILON_CORRECTION, 0.2])
+def test_unlikely_fraction_counts_real_steps_below_epsilon(correction, epsilon):
+    z, v, actions, mu_logits, r, d, ends, masks = hand_built_unroll()
+    _, metrics = impala_loss(jnp.asarray(z, jnp.float32), jnp.asarray(v, jnp.float32),
+                             jnp.asarray(actions), jnp.asarray(mu_logits, jnp.float32),
+                             jnp.asarray(r, jnp.float32), jnp.asarray(d, jnp.float32),
+                             jnp.asarray(ends), jnp.asarray(masks, jnp.float32), **COSTS,
+                             correction=correction, epsilon=epsilon)
+    pi_a = np.take_along_axis(np.exp(log_softmax(z)), actions[..., None], -1)[..., 0]
+    expected = (masks * (pi_a < epsilon)).sum() / masks.sum()
+    assert expected > 0  # the near-impossible action at least
+    np.testing.assert_allclose(metrics["unlikely_fraction"], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -1e-6, float("nan")])
+def test_a_bad_epsilon_raises_naming_it(epsilon):
+    z, v, actions, mu_logits, r, d, ends, masks = hand_built_unroll()
+    with pytest.raises(ValueError, match="epsilon must be > 0"):
+        impala_loss(z, v, actions, mu_logits, r, d, ends, masks, correction="epsilon",
+                    epsilon=epsilon)
 
 
 def test_the_corrections_differ_where_they_should():
