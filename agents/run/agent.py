@@ -149,7 +149,9 @@ class Agent:
                               self.param_server, lambda: self.learner.updates,
                               lambda: self.stats.get("env_steps"), config.eval_period,
                               config.solved_return, config_protocol(config),
-                              run_seeds(config).eval_actions())
+                              run_seeds(config).eval_actions(),
+                              lambda: self.stats.snapshot()["episode_return"],
+                              config.eval_from_return)
         runner = ThreadRunner()
         runner.on_stop(self.runtime.release)  # wakes adds and samples waiting on the replay
         for name, target in self.learner.threads():

@@ -63,6 +63,10 @@ class RunConfig:
       eval_period: learner updates between greedy evaluations.
       eval_episodes: episodes per evaluation (one per env of a separate envpool).
       solved_return: stop once an evaluation's mean return reaches this (inf: never).
+      eval_from_return: skip the in-run evaluations that fall due while the mean return of the
+        last 100 training episodes (the progress line's, per life where a lost life ends a
+        training episode) is below this; -inf: evaluate from the first period. Saves the
+        evaluations' share of the cores while a run is far from its target.
       log_period_s: seconds between progress lines and metric rows.
       checkpoint_period_s: seconds between checkpoints.
       checkpoint_failure: what a failed periodic checkpoint (a full disk, say) does: retry
@@ -97,6 +101,7 @@ class RunConfig:
     eval_period: int = 10_000
     eval_episodes: int = 10
     solved_return: float = math.inf
+    eval_from_return: float = -math.inf
     log_period_s: float = 10.0
     checkpoint_period_s: float = 600.0
     checkpoint_failure: str = "retry"
@@ -113,7 +118,8 @@ class RunConfig:
     RESUME_MAY_CHANGE: ClassVar[frozenset[str]] = frozenset({
         "num_actors", "envs_per_actor", "actor_batch_size", "noop_max",
         "repeat_action_probability", "max_episode_frames", "max_episode_steps", "seed",
-        "total_env_steps", "eval_period", "eval_episodes", "solved_return", "log_period_s",
+        "total_env_steps", "eval_period", "eval_episodes", "solved_return", "eval_from_return",
+        "log_period_s",
         "checkpoint_period_s", "checkpoint_failure", "run_dir", "resume", "learner_devices",
         "actor_devices", "zero_stage", "connect_timeout_s"})
 
@@ -129,6 +135,8 @@ class RunConfig:
         if not self.log_period_s > 0:  # the main loop waits this long between looks
             raise ValueError(f"log_period_s must be > 0 (seconds between progress lines), got "
                              f"{self.log_period_s}")
+        if math.isnan(self.eval_from_return):
+            raise ValueError("eval_from_return must be a number or -inf, got nan")
         if not self.connect_timeout_s > 0:  # `not >` also rejects NaN
             raise ValueError(f"connect_timeout_s must be > 0, got {self.connect_timeout_s}")
         for name in ("learner_devices", "actor_devices"):

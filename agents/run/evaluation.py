@@ -26,6 +26,7 @@ IMPALA (Espeholt et al. 2018, arXiv:1802.01561, Sec. 5.3 and Appendix), both aft
 """
 
 import dataclasses
+import math
 import queue
 import threading
 from typing import Any, Callable, NamedTuple
@@ -195,22 +196,32 @@ class Evaluator:
       solved_return: a mean return at or above this sets `solved` and stops the run.
       protocol: the action rule (its env settings are `make_env`'s); None: greedy.
       seed: seeds the action rule's random stream (`RunSeeds.eval_actions`).
+      train_return: returns the mean return of recent training episodes (NaN before the
+        first); with `from_return`, an evaluation falling due while it is below `from_return`
+        is skipped (the next one is due a period later).
+      from_return: see `train_return`; -inf evaluates every period.
     """
 
     def __init__(self, make_env: Callable, policy: Callable, param_server: Any,
                  updates: Callable[[], int], env_steps: Callable[[], int], period: int,
                  solved_return: float, protocol: EvalProtocol | None = None,
-                 seed: Any = None):
+                 seed: Any = None, train_return: Callable[[], float] = lambda: math.nan,
+                 from_return: float = -math.inf):
         self._make_env, self._policy, self._param_server = make_env, policy, param_server
         self._updates, self._env_steps = updates, env_steps
         self._period, self._solved_return = period, solved_return
         self._protocol = protocol or EvalProtocol(episodes=1)
         self._rng = np.random.default_rng(seed)
+        self._train_return, self._from_return = train_return, from_return
         self.results: queue.Queue = queue.Queue()
         self.solved = threading.Event()
 
     def _next_due(self) -> int:
         return (self._updates() // self._period + 1) * self._period
+
+    def _worth_playing(self) -> bool:
+        # `not <` would let NaN (no training episode yet) through; -inf lets everything through
+        return self._from_return == -math.inf or self._train_return() >= self._from_return
 
     def run(self, stop: threading.Event) -> None:
         env = self._make_env()
@@ -219,6 +230,9 @@ class Evaluator:
             while not stop.is_set():
                 if self._updates() < due:
                     stop.wait(0.05)
+                    continue
+                if not self._worth_playing():
+                    due = self._next_due()
                     continue
                 updates, env_steps = self._updates(), self._env_steps()
                 _, params = self._param_server.latest()
