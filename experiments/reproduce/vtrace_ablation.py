@@ -152,7 +152,7 @@ def run_config(base: ImpalaConfig, key: Key, seed: int, out_dir: str) -> ImpalaC
 
 
 DIAGNOSTICS = ("policy_lag_run_mean", "policy_lag_max", "behaviour_kl", "trace_product", "rho",
-               "max_behaviour_kl", "min_entropy", "collapsed")
+               "unlikely_fraction", "max_behaviour_kl", "min_entropy", "collapsed")
 
 
 def run_diagnostics(run_dir: str) -> dict[str, float]:
@@ -161,17 +161,18 @@ def run_diagnostics(run_dir: str) -> dict[str, float]:
     * policy_lag_run_mean: the lag of every step it trained on (the learner's histogram, in
       its last row), not one batch's;
     * policy_lag_max, behaviour_kl (KL(mu || pi)), trace_product (V-trace's prod of c over an
-      unroll, `agents.impala.losses`), rho: means over the rows;
+      unroll, `agents.impala.losses`), rho, unlikely_fraction (the steps whose action the
+      learner gives less than the epsilon correction's epsilon): means over the rows;
     * max_behaviour_kl, min_entropy: the largest gap and the least policy entropy seen;
     * collapsed: 1.0 if its training return ended below half of its best, else 0.0.
     """
     rows = read_metrics(run_dir, "train")
     columns = ("policy_lag_run_mean", "policy_lag_max", "behaviour_kl", "trace_product", "rho",
-               "entropy", "episode_return")
+               "unlikely_fraction", "entropy", "episode_return")
     values = {key: [r[key] for r in rows if math.isfinite(r.get(key, math.nan))]
               for key in columns}  # a row before the first batch has NaN
     out = {key: float(np.mean(values[key])) if values[key] else math.nan
-           for key in columns[1:5]}
+           for key in columns[1:6]}
     last = lambda key: values[key][-1] if values[key] else math.nan  # noqa: E731
     out["policy_lag_run_mean"] = last("policy_lag_run_mean")
     out["max_behaviour_kl"] = max(values["behaviour_kl"], default=math.nan)
@@ -212,7 +213,8 @@ def summarize(results: dict, corrections) -> tuple[str, dict]:
             reps=FLAGS.bootstrap_reps)
         if not len(curves):
             est["auc"]["iqm"] = (math.nan,) * 3
-        diag = {k: float(np.mean([r[k] for r in runs])) for k in DIAGNOSTICS}
+        # runs recorded before a diagnostic existed lack it: NaN
+        diag = {k: float(np.mean([r.get(k, math.nan) for r in runs])) for k in DIAGNOSTICS}
         cells[cell_name(key)] = dict(
             correction=key.correction, lag=key.lag, lr=key.lr, entropy_cost=key.entropy,
             replay=key.replay, final=est["final"]["iqm"], auc=est["auc"]["iqm"],
@@ -223,6 +225,7 @@ def summarize(results: dict, corrections) -> tuple[str, dict]:
                     + ([f"{key.replay:g}"] if show_replay else [])
                     + [f"{diag['policy_lag_run_mean']:.1f}",
                        f"{diag['behaviour_kl']:.3f}", f"{diag['trace_product']:.3f}",
+                       f"{diag['unlikely_fraction']:.2g}",
                        f"{diag['min_entropy']:.2f}", f"{collapsed}/{len(runs)}", len(runs),
                        aggregates.format_estimate(est["final"]["iqm"]),
                        aggregates.format_estimate(est["auc"]["iqm"])
@@ -230,7 +233,8 @@ def summarize(results: dict, corrections) -> tuple[str, dict]:
     header = (["K", "correction"] + (["learning rate"] if show_lr else [])
               + (["entropy cost"] if show_entropy else [])
               + (["replayed share"] if show_replay else [])
-              + ["lag (updates, run mean)", "KL(mu||pi)", "trace product", "least entropy",
+              + ["lag (updates, run mean)", "KL(mu||pi)", "trace product",
+                 "pi(a) < epsilon", "least entropy",
                  "collapsed", "seeds",
                  "final return IQM [95% CI]", "AUC IQM [95% CI]"])
     return aggregates.markdown_table(header, rows), cells

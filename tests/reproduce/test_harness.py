@@ -95,20 +95,22 @@ def test_ablation_flags_and_summary():
     with pytest.raises(ValueError, match="--lags must be >= 1"):
         vtrace_ablation.parse_levels(["none"], ["0"], ["0"])
 
-    def fake(final, curve):
+    def fake(final, curve, **diagnostics):
         return dict(final_returns=[final], curve=[dict(env_steps=i, mean_return=c)
                                                   for i, c in enumerate(curve)],
                     policy_lag_run_mean=2.0, policy_lag_max=4.0, behaviour_kl=0.1,
                     trace_product=0.5, rho=1.0, max_behaviour_kl=0.2, min_entropy=0.5,
-                    collapsed=float(final < 100))
+                    collapsed=float(final < 100), **diagnostics)
 
     Key = vtrace_ablation.Key
-    results = {Key("vtrace", 1): [fake(100.0, [10, 30]), fake(200.0, [20, 40])],
+    # the none run was recorded before unlikely_fraction existed: its cell shows NaN
+    results = {Key("vtrace", 1): [fake(100.0, [10, 30], unlikely_fraction=0.01),
+                                  fake(200.0, [20, 40], unlikely_fraction=0.03)],
                Key("none", 1): [fake(50.0, [5, 15])]}
     assert vtrace_ablation.run_scores(results[Key("vtrace", 1)][0]) == (100.0, 20.0)
     table, cells = vtrace_ablation.summarize(results, ["vtrace", "none"])
-    assert "| 1 | vtrace | 2.0 | 0.100 | 0.500 | 0.50 | 0/2 | 2 |" in table
-    assert "| 1 | none | 2.0 | 0.100 | 0.500 | 0.50 | 1/1 | 1 |" in table
+    assert "| 1 | vtrace | 2.0 | 0.100 | 0.500 | 0.02 | 0.50 | 0/2 | 2 |" in table
+    assert "| 1 | none | 2.0 | 0.100 | 0.500 | nan | 0.50 | 1/1 | 1 |" in table
     np.testing.assert_allclose(cells["vtrace_k1"]["final"][0], 150.0)  # IQM of two = mean
     np.testing.assert_allclose(cells["none_k1"]["auc"], [10.0, np.nan, np.nan])  # one seed
     assert "| 50 (1 seed) | 10 (1 seed) |" in table  # no zero-width interval
@@ -194,15 +196,17 @@ def test_the_study_refuses_a_tuning_without_a_sweep(tmp_path):
 def test_ablation_diagnostics_average_the_whole_run(tmp_path):
     import vtrace_ablation
 
-    rows = ("step,policy_lag_run_mean,policy_lag_max,behaviour_kl,trace_product,rho,entropy,"
-            "episode_return\n")
-    rows += "1,2,3,0.1,0.5,1,0.6,20\n2,6,9,0.3,0.1,1,0.2,60\n3,,,,,,,\n"
-    rows += "4,nan,nan,nan,nan,nan,nan,nan\n5,,,,,,0.4,25\n"
+    rows = ("step,policy_lag_run_mean,policy_lag_max,behaviour_kl,trace_product,rho,"
+            "unlikely_fraction,entropy,episode_return\n")
+    rows += "1,2,3,0.1,0.5,1,0.02,0.6,20\n2,6,9,0.3,0.1,1,0.04,0.2,60\n3,,,,,,,,\n"
+    rows += "4,nan,nan,nan,nan,nan,nan,nan,nan\n5,,,,,,,0.4,25\n"
     (tmp_path / "train.csv").write_text(rows)
     diag = vtrace_ablation.run_diagnostics(str(tmp_path))
-    assert diag == dict(policy_lag_run_mean=6.0, policy_lag_max=6.0, behaviour_kl=0.2,
-                        trace_product=0.3, rho=1.0, max_behaviour_kl=0.3, min_entropy=0.2,
-                        collapsed=1.0)  # ended at 25, below half of its best (60)
+    expected = dict(policy_lag_run_mean=6.0, policy_lag_max=6.0, behaviour_kl=0.2,
+                    trace_product=0.3, rho=1.0, unlikely_fraction=0.03, max_behaviour_kl=0.3,
+                    min_entropy=0.2, collapsed=1.0)  # ended at 25, below half of its best (60)
+    assert diag.keys() == expected.keys()
+    np.testing.assert_allclose([diag[k] for k in expected], list(expected.values()))
 
 
 def test_ctrl_c_stops_the_harness_with_a_checkpoint_also_in_the_background(tmp_path):
