@@ -97,11 +97,17 @@ def measure(seconds: float) -> dict:
             "agent_steps": agent_steps}
 
 
-def run_variant(name: str, seconds: float) -> dict:
+def variant_env(name: str) -> dict:
+    """The environment of a process that runs variant `name` (its XLA_FLAGS and variables)."""
     flags, extra = VARIANTS[name]
     env = dict(os.environ, **extra)
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
-    out = subprocess.run([sys.executable, __file__, "--child", str(seconds)], env=env,
+    return env
+
+
+def run_variant(name: str, seconds: float) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", str(seconds)],
+                         env=variant_env(name),
                          capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "?"}

@@ -15,7 +15,8 @@ torch is not a requirement of the project; install the pinned CPU wheel beside t
     python -m pip install --no-deps --target .venv-peers/torch-site \
         -r benchmarks/peers/requirements-torch.txt
     PYTHONPATH=.:.venv-peers/torch-site .venv/bin/python benchmarks/bench_learner_torch.py \
-        [--seconds 10] [--rounds 4] [--torch_variant one_thread_compile]
+        [--seconds 10] [--rounds 4] [--torch_variant one_thread_compile] \
+        [--jax_variant default]  # or eigen_one_thread: XLA on one thread, as torch
 
 Torch options tried (`torch_impala_learner.py --variants ...`, medians of 2-3 rounds of 5 s,
 torch 2.13.0+cpu, 2 cores shared with other jobs, load average about 5): 2 threads (torch's
@@ -101,6 +102,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--torch_variant", default="one_thread_compile",
                         help="a VARIANTS name of benchmarks/peers/torch_impala_learner.py")
+    parser.add_argument("--jax_variant", default="default",
+                        help="a VARIANTS name of benchmarks/bench_learner_cpu.py (XLA's options)")
     parser.add_argument("--worker", choices=("jax", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -110,14 +113,20 @@ def main():
     sys.path.insert(0, os.path.join(HERE, "peers"))
     import torch_impala_learner as peer  # for the variant's environment (torch, idle, here)
 
+    import bench_learner_cpu
+
     if args.torch_variant not in peer.VARIANTS:
         raise ValueError(f"--torch_variant: one of {sorted(peer.VARIANTS)}")
+    if args.jax_variant not in bench_learner_cpu.VARIANTS:
+        raise ValueError(f"--jax_variant: one of {sorted(bench_learner_cpu.VARIANTS)}")
+    envs = dict(jax=bench_learner_cpu.variant_env(args.jax_variant),
+                torch=peer.variant_env(args.torch_variant))
     workers, ready = {}, {}
     for name in ("jax", "torch"):  # built one after the other: compiling needs both cores
         workers[name] = subprocess.Popen(
             [sys.executable, __file__, "--worker", name, "--torch_variant",
              args.torch_variant], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            env=peer.variant_env(args.torch_variant) if name == "torch" else None)
+            env=envs[name])
         line = workers[name].stdout.readline()
         if not line:
             raise RuntimeError(f"the {name} worker failed to start (its stderr above)")
@@ -143,9 +152,9 @@ def main():
             w.wait()
     jax_ms, torch_ms = statistics.median(ms["jax"]), statistics.median(ms["torch"])
     ratios = [t / j for t, j in zip(ms["torch"], ms["jax"])]
-    label = f"torch ({args.torch_variant})"
-    width = max(len(label), len("jax (XLA defaults)"))
-    print(f"{'jax (XLA defaults)':{width}s} {jax_ms:8.1f} ms/update (median of rounds)")
+    label, jax_label = f"torch ({args.torch_variant})", f"jax ({args.jax_variant})"
+    width = max(len(label), len(jax_label))
+    print(f"{jax_label:{width}s} {jax_ms:8.1f} ms/update (median of rounds)")
     print(f"{label:{width}s} {torch_ms:8.1f} ms/update")
     print(f"{'torch/jax':{width}s} {statistics.median(ratios):8.2f} "
           f"(median of the rounds' ratios; {min(ratios):.2f}-{max(ratios):.2f})")
