@@ -1,19 +1,12 @@
 """experiments/animate.py: a GIF of the shipped Pong checkpoint playing, and one-line errors."""
 
-import os
-import subprocess
-import sys
-
 from PIL import Image
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "experiments", "animate.py")
-PONG = "docs/results/impala_pong_cpu_group_norm_batch8/step_000000031248"
+from tests.experiment_scripts import PONG, run_script
 
 
 def animate(*flags):
-    return subprocess.run([sys.executable, SCRIPT, *flags], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return run_script("animate.py", *flags)
 
 
 def test_the_gif_shows_every_nth_step_scaled_up(tmp_path):

@@ -2,18 +2,12 @@
 errors."""
 
 import csv
-import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "experiments", "evaluate.py")
-PONG = "docs/results/impala_pong_cpu_group_norm_batch8/step_000000031248"
+from tests.experiment_scripts import PONG, run_script
 
 
 def run(*flags):
-    return subprocess.run([sys.executable, SCRIPT, *flags], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return run_script("evaluate.py", *flags)
 
 
 def test_the_shipped_pong_agent_wins_a_whole_game(tmp_path):
