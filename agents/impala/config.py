@@ -9,6 +9,7 @@ override these for CartPole and for a GPU host. The environment, budget and run 
 import dataclasses
 
 from agents.impala.losses import CORRECTIONS, EPSILON_CORRECTION, REDUCTIONS
+from agents.impala.unroll_replay import replayed_per_batch
 from agents.run.config import RunConfig, check_fields
 from agents.run.config_groups import MultiProcessConfig, NetworkConfig, OptimizerConfig
 
@@ -127,6 +128,16 @@ class ImpalaConfig(RunConfig, NetworkConfig, OptimizerConfig, MultiProcessConfig
         return self.num_actors * self.num_processes
 
     @property
+    def fresh_unrolls_per_update(self) -> int:
+        """Unrolls from the actors in each update's batch of B: all B, less those replayed
+        (`replayed_per_batch` of each process's B / num_processes)."""
+        local = self.batch_size // self.num_processes
+        return self.num_processes * (local - replayed_per_batch(local, self.replay_proportion))
+
+    @property
     def total_updates(self) -> int:
-        """Learner updates in the run (for the learning-rate schedule): T x B steps each."""
-        return max(1, self.total_env_steps // (self.unroll_length * self.batch_size))
+        """Learner updates in the run (for the learning-rate schedule): T x fresh unrolls of
+        agent steps each, so that the rate reaches 0 at total_env_steps with replay as without
+        (a batch half replayed brings half the agent steps)."""
+        return max(1, self.total_env_steps
+                   // (self.unroll_length * self.fresh_unrolls_per_update))

@@ -106,6 +106,25 @@ def test_learning_rate_anneals_linearly_to_zero():
     jax.tree.map(np.testing.assert_array_equal, state_4.params, state_6.params)
 
 
+
+def test_with_replay_the_rate_anneals_over_fresh_agent_steps_not_updates():
+    # Half of each batch of 8 replayed: 4 fresh unrolls an update, so total_env_steps of
+    # T x 8 x 4 agent steps take 8 updates (not 4) before the rate reaches 0.
+    config = dataclasses.replace(CONFIG, total_env_steps=T * 8 * 4, optimizer="adam",
+                                 replay_proportion=0.5)
+    assert config.fresh_unrolls_per_update == 4 and config.total_updates == 8
+    rng = np.random.default_rng(1)
+    batches = [random_unrolls(rng, 8) for _ in range(10)]
+    state_4, _ = run_updates(config, jax.devices()[:1], batches[:4])
+    state_8, _ = run_updates(config, jax.devices()[:1], batches[:8])
+    state_10, _ = run_updates(config, jax.devices()[:1], batches)
+    assert not np.array_equal(jax.tree.leaves(state_4.params)[0],
+                              jax.tree.leaves(state_8.params)[0])
+    jax.tree.map(np.testing.assert_array_equal, state_8.params, state_10.params)
+    two_processes = dataclasses.replace(  # 4 unrolls from each process, 2 of them replayed
+        config, num_processes=2, coordinator_address="127.0.0.1:1234")
+    assert two_processes.fresh_unrolls_per_update == 4
+
 def test_the_lag_histogram_counts_every_step_of_every_batch():
     counts, mean = count_lags(np.zeros(1, np.int64), np.array([[0, 1], [1, 3]]))
     np.testing.assert_array_equal(counts, [1, 2, 0, 1])
