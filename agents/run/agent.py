@@ -26,8 +26,9 @@ from agents.parallel import sharding
 from agents.parallel.step_counts import process_share
 from agents.run import checkpoint, run_folder
 from agents.run.driver import Driver
-from agents.run.envs import actor_env_settings, env_info, eval_env_settings, make_env
-from agents.run.evaluation import Evaluator, config_protocol
+from agents.run.envs import (actor_env_settings, confirm_env_settings, env_info,
+                             eval_env_settings, make_env)
+from agents.run.evaluation import Evaluator, config_protocol, confirm_protocol
 from agents.run.interfaces import Learner, Runtime
 from agents.run.logger import plot_learning_curve, truncate_metrics
 from agents.run.param_server import ParamServer
@@ -141,6 +142,14 @@ class Agent:
         return checkpoint.save_run(self.checkpoint_dir, self.learner.host_state(), self.stats,
                                    self.config, self.checkpointed_replay())
 
+    def confirmation(self) -> tuple:
+        """The evaluator's `confirm` and `make_confirm_env` (both None without
+        solved_confirm_episodes)."""
+        protocol = confirm_protocol(self.config)
+        if protocol is None:
+            return None, None
+        return protocol, lambda s=confirm_env_settings(self.config, protocol): make_env(s)
+
     def run(self) -> dict:
         """Trains until the budget, the solved line, Ctrl-C or a failure of any thread (or
         remote actor); returns the run's summary."""
@@ -151,7 +160,7 @@ class Agent:
                               config.solved_return, config_protocol(config),
                               run_seeds(config).eval_actions(),
                               lambda: self.stats.snapshot()["episode_return"],
-                              config.eval_from_return)
+                              config.eval_from_return, *self.confirmation())
         runner = ThreadRunner()
         runner.on_stop(self.runtime.release)  # wakes adds and samples waiting on the replay
         for name, target in self.learner.threads():

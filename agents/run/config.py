@@ -63,6 +63,10 @@ class RunConfig:
       eval_period: learner updates between greedy evaluations.
       eval_episodes: episodes per evaluation (one per env of a separate envpool).
       solved_return: stop once an evaluation's mean return reaches this (inf: never).
+      solved_confirm_episodes: with n > 0, an evaluation that reaches solved_return is
+        confirmed before the run stops: n more whole games with the same parameters and action
+        rule (30: the papers' protocol), logged as an evaluation of their own; the run stops
+        only if their mean reaches solved_return too. 0: the evaluation alone stops it.
       eval_from_return: skip the in-run evaluations that fall due while the mean return of the
         last 100 training episodes (the progress line's, per life where a lost life ends a
         training episode) is below this; -inf: evaluate from the first period. Saves the
@@ -101,6 +105,7 @@ class RunConfig:
     eval_period: int = 10_000
     eval_episodes: int = 10
     solved_return: float = math.inf
+    solved_confirm_episodes: int = 0
     eval_from_return: float = -math.inf
     log_period_s: float = 10.0
     checkpoint_period_s: float = 600.0
@@ -118,8 +123,8 @@ class RunConfig:
     RESUME_MAY_CHANGE: ClassVar[frozenset[str]] = frozenset({
         "num_actors", "envs_per_actor", "actor_batch_size", "noop_max",
         "repeat_action_probability", "max_episode_frames", "max_episode_steps", "seed",
-        "total_env_steps", "eval_period", "eval_episodes", "solved_return", "eval_from_return",
-        "log_period_s",
+        "total_env_steps", "eval_period", "eval_episodes", "solved_return",
+        "solved_confirm_episodes", "eval_from_return", "log_period_s",
         "checkpoint_period_s", "checkpoint_failure", "run_dir", "resume", "learner_devices",
         "actor_devices", "zero_stage", "connect_timeout_s"})
 
@@ -128,7 +133,8 @@ class RunConfig:
             self,
             positive=("num_actors", "envs_per_actor", "actor_batch_size", "total_env_steps",
                       "eval_period", "eval_episodes", "max_episode_frames"),
-            non_negative=("noop_max", "max_episode_steps", "checkpoint_period_s"),
+            non_negative=("noop_max", "max_episode_steps", "checkpoint_period_s",
+                          "solved_confirm_episodes"),
             unit_interval=("repeat_action_probability",),
             choices=(("zero_stage", (0, 1, 2)), ("checkpoint_failure", CHECKPOINT_FAILURES)),
             finite=("log_period_s",))

@@ -1,6 +1,9 @@
-"""The in-run evaluation thread: it plays when an evaluation falls due, and with
-`eval_from_return` it skips those that fall due while the training return is below it."""
+"""The in-run evaluation thread: it plays when an evaluation falls due, with
+`eval_from_return` it skips those that fall due while the training return is below it, and with
+a confirmation it stops the run only when more games with the same parameters also reach the
+solved line."""
 
+import dataclasses
 import math
 import threading
 
@@ -8,8 +11,9 @@ import numpy as np
 import pytest
 
 from agents.impala.config import ImpalaConfig
-from agents.run.envs import EnvSettings, make_env
-from agents.run.evaluation import Evaluator
+from agents.run.envs import EnvSettings, confirm_env_settings, eval_env_settings, make_env
+from agents.run.evaluation import EvalProtocol, Evaluator, config_protocol, confirm_protocol
+from agents.run.seeds import run_seeds
 
 PERIOD = 10
 
@@ -23,9 +27,9 @@ def always_left(params, obs):
     return np.tile([1.0, 0.0], (len(obs), 1))  # CartPole falls within a few dozen steps
 
 
-def start(train_return, from_return, updates):
-    """Starts an evaluator thread and returns once it has read the update count (its first
-    evaluation is then due at PERIOD)."""
+def start(updates, policy=always_left, solved_return=math.inf, **kwargs):
+    """Starts an evaluator thread on 2 CartPole envs and returns once it has read the update
+    count `updates[0]` (its first evaluation is then due at PERIOD)."""
     counted = threading.Event()
 
     def count():
@@ -33,9 +37,8 @@ def start(train_return, from_return, updates):
         return updates[0]
 
     evaluator = Evaluator(lambda: make_env(EnvSettings("CartPole-v1", 2, 2, seed=0)),
-                          always_left, LatestParams(), count, lambda: 0, PERIOD,
-                          solved_return=math.inf, train_return=train_return,
-                          from_return=from_return)
+                          policy, LatestParams(), count, lambda: 0, PERIOD, solved_return,
+                          **kwargs)
     stop = threading.Event()
     thread = threading.Thread(target=evaluator.run, args=(stop,), daemon=True)
     thread.start()
@@ -51,7 +54,7 @@ def test_evaluations_due_below_the_training_return_are_skipped():
         asked.set()
         return train[0]
 
-    evaluator, stop, thread = start(train_return, 0.0, updates)
+    evaluator, stop, thread = start(updates, train_return=train_return, from_return=0.0)
     try:
         updates[0] = PERIOD
         assert asked.wait(30), "the evaluator never looked at the training return"
@@ -67,7 +70,7 @@ def test_evaluations_due_below_the_training_return_are_skipped():
 
 def test_without_a_threshold_evaluations_start_before_any_training_episode():
     updates = [0]
-    evaluator, stop, thread = start(lambda: math.nan, -math.inf, updates)
+    evaluator, stop, thread = start(updates, train_return=lambda: math.nan)
     try:
         updates[0] = PERIOD
         assert evaluator.results.get(timeout=60)["updates"] == PERIOD
@@ -79,3 +82,65 @@ def test_without_a_threshold_evaluations_start_before_any_training_episode():
 def test_eval_from_return_rejects_nan():
     with pytest.raises(ValueError, match="eval_from_return must be a number or -inf, got nan"):
         ImpalaConfig(eval_from_return=math.nan)
+
+
+def balance(params, obs):
+    """Pushes the cart under the pole: CartPole games of hundreds of steps."""
+    push_right = obs[:, 2] + 0.5 * obs[:, 3] > 0  # pole angle and angular velocity
+    return np.stack([~push_right, push_right], axis=1).astype(np.float32)
+
+
+def balance_pairs_only(params, obs):
+    """Balances in the 2-env in-run evaluation, falls at once in the 5-env confirmation."""
+    return balance(params, obs) if len(obs) == 2 else always_left(params, obs)
+
+
+def confirming_evaluator(policy):
+    """An evaluator thread, started, with an evaluation due, confirmed by 5 more games."""
+    updates = [0]
+    evaluator, stop, thread = start(
+        updates, policy, solved_return=50.0, confirm=EvalProtocol(episodes=5),
+        make_confirm_env=lambda: make_env(EnvSettings("CartPole-v1", 5, 5, seed=100)))
+    updates[0] = PERIOD
+    return evaluator, stop, thread
+
+
+def test_a_solved_evaluation_confirmed_by_more_games_stops_the_run():
+    evaluator, stop, thread = confirming_evaluator(balance)
+    thread.join(120)
+    assert not thread.is_alive() and evaluator.solved.is_set() and stop.is_set()
+    first, confirmation = evaluator.results.get_nowait(), evaluator.results.get_nowait()
+    assert (first["episodes"], confirmation["episodes"]) == (2, 5)
+    assert first["updates"] == confirmation["updates"] == PERIOD
+    assert first["mean_return"] >= 50 and confirmation["mean_return"] >= 50
+
+
+def test_a_solved_evaluation_the_confirmation_does_not_reach_leaves_the_run_going():
+    evaluator, stop, thread = confirming_evaluator(balance_pairs_only)
+    try:
+        first, confirmation = evaluator.results.get(timeout=60), evaluator.results.get(timeout=60)
+        assert first["mean_return"] >= 50 and first["episodes"] == 2
+        assert confirmation["mean_return"] < 50 and confirmation["episodes"] == 5
+        assert not evaluator.solved.is_set() and not stop.is_set() and thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def test_the_confirmation_plays_the_protocols_games_on_envs_of_their_own():
+    config = ImpalaConfig(env="Pong-v5", solved_confirm_episodes=30, eval_action="sample")
+    protocol = confirm_protocol(config)
+    assert protocol == dataclasses.replace(config_protocol(config), episodes=30)
+    settings = confirm_env_settings(config, protocol)
+    assert settings.num_envs == 30 and not settings.episodic_life and not settings.reward_clip
+    assert settings.seed == run_seeds(config).protocol_envs_seed(0, 30)
+    assert settings.seed > eval_env_settings(config).seed + config.eval_episodes
+    assert confirm_protocol(ImpalaConfig()) is None
+
+
+def test_solved_confirm_episodes_must_be_zero_or_more_and_come_with_its_env():
+    with pytest.raises(ValueError, match="solved_confirm_episodes must be >= 0, got -1"):
+        ImpalaConfig(solved_confirm_episodes=-1)
+    with pytest.raises(ValueError, match="confirm and make_confirm_env go together"):
+        Evaluator(None, always_left, LatestParams(), lambda: 0, lambda: 0, PERIOD, math.inf,
+                  confirm=EvalProtocol(episodes=5))
