@@ -32,9 +32,15 @@ from launch, enforced here: 2.1.1's own --train_for_seconds never fires (Runner.
 is never advanced).
 
     .venv-peer-sf/bin/python benchmarks/peers/sample_factory_pong.py --seconds=600 --train_dir=/tmp/sf
+
+`--stop_return=18` ends the run once the mean return of the last 100 games (Sample Factory's
+`stats_avg` window, full games, actions sampled as in training) reaches 18, and prints when
+(wall time from launch and frames): its time to +18. The window trails the policy by about 100
+games.
 """
 
 import argparse
+import math
 import sys
 import time
 
@@ -48,11 +54,18 @@ from sf_examples.atari.train_atari import parse_atari_args, register_atari_compo
 START = time.perf_counter()
 
 
-class WallClock(AlgoObserver):
-    """Stops training `seconds` after launch and prints the frames/s after the first iteration."""
+def last_games(runner) -> list:
+    """The returns of the last `stats_avg` (100) whole games Sample Factory keeps."""
+    return list(runner.policy_avg_stats.get("reward", [[]])[0])
 
-    def __init__(self, seconds: int | None):
-        self.seconds, self.first, self.last = seconds, None, None
+
+class WallClock(AlgoObserver):
+    """Stops training `seconds` after launch, or once the mean return of the last 100 games
+    reaches `stop_return`, and prints the frames/s after the first iteration."""
+
+    def __init__(self, seconds: int | None, stop_return: float = math.inf):
+        self.seconds, self.stop_return, self.first, self.last = seconds, stop_return, None, None
+        self.reached = False
 
     def on_training_step(self, runner, training_iteration_since_resume: int) -> None:
         now, counted = time.perf_counter(), sum(runner.env_steps.values())
@@ -61,6 +74,16 @@ class WallClock(AlgoObserver):
         self.last = (now, counted)
         if self.seconds is not None:
             runner.total_train_seconds = now - START  # compared with --train_for_seconds
+        games = last_games(runner)
+        if not self.reached and len(games) >= runner.cfg.stats_avg \
+                and np.mean(games) >= self.stop_return:
+            self.reached = True
+            per_frame = 1 if runner.cfg.summaries_use_frameskip else runner.cfg.env_frameskip
+            print(f"[sf] reached {self.stop_return:g}: mean {np.mean(games):.2f} of the last "
+                  f"{len(games)} games at wall {now - START:.0f}s, frames "
+                  f"{counted * per_frame:,}", flush=True)
+        if self.reached:
+            runner.total_train_seconds = math.inf  # ends training after this iteration
 
     def on_stop(self, runner) -> None:
         if self.first is None:
@@ -69,7 +92,7 @@ class WallClock(AlgoObserver):
         per_frame = 1 if runner.cfg.summaries_use_frameskip else runner.cfg.env_frameskip
         frames, skip = c1 * per_frame, runner.cfg.env_frameskip
         fps = (c1 - c0) * per_frame / max(t1 - t0, 1e-9)
-        games = runner.policy_avg_stats.get("reward", [[]])[0]
+        games = last_games(runner)
         mean = float(np.mean(games)) if len(games) else float("nan")
         print(f"[sf] wall {t1 - START:.0f}s frames {frames:,} agent steps {frames // skip:,} "
               f"frames/s {fps:.0f} (after the first iteration) return {mean:.2f} "
@@ -84,6 +107,8 @@ def main() -> int:
     parser.add_argument("--train_dir", default="/tmp/sf")
     parser.add_argument("--experiment", default="sf_pong")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop_return", type=float, default=math.inf,
+                        help="stop once the mean return of the last 100 games reaches this")
     args, extra = parser.parse_known_args()
     argv = ["--algo=APPO", "--env=atari_pong", f"--experiment={args.experiment}",
             f"--train_dir={args.train_dir}", f"--seed={args.seed}", "--device=cpu",
@@ -95,7 +120,7 @@ def main() -> int:
         argv.append(f"--train_for_env_steps={args.train_for_env_steps}")
     register_atari_components()
     _, runner = make_runner(parse_atari_args(argv + extra))
-    runner.register_observer(WallClock(args.seconds))
+    runner.register_observer(WallClock(args.seconds, args.stop_return))
     status = runner.init()
     if status == ExperimentStatus.SUCCESS:
         status = runner.run()
