@@ -106,7 +106,6 @@ def test_learning_rate_anneals_linearly_to_zero():
     jax.tree.map(np.testing.assert_array_equal, state_4.params, state_6.params)
 
 
-
 def test_with_replay_the_rate_anneals_over_fresh_agent_steps_not_updates():
     # Half of each batch of 8 replayed: 4 fresh unrolls an update, so total_env_steps of
     # T x 8 x 4 agent steps take 8 updates (not 4) before the rate reaches 0.
@@ -124,6 +123,7 @@ def test_with_replay_the_rate_anneals_over_fresh_agent_steps_not_updates():
     two_processes = dataclasses.replace(  # 4 unrolls from each process, 2 of them replayed
         config, num_processes=2, coordinator_address="127.0.0.1:1234")
     assert two_processes.fresh_unrolls_per_update == 4
+
 
 def test_the_lag_histogram_counts_every_step_of_every_batch():
     counts, mean = count_lags(np.zeros(1, np.int64), np.array([[0, 1], [1, 3]]))
