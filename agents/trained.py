@@ -24,9 +24,9 @@ import numpy as np
 
 from agents import registry
 from agents.run import checkpoint
-from agents.run.envs import EnvInfo, actor_env_settings, env_info, make_env
+from agents.run.envs import EnvInfo, actor_env_settings, env_info
 from agents.run.evaluation import EvalProtocol
-from agents.run.seeds import run_seeds
+from agents.run.protocol_play import evaluate_params
 
 def config_from_saved(config_cls: type, saved: dict) -> Any:
     """`config_cls` from a checkpoint's `meta.json` config: lists back to tuples, a None
@@ -46,36 +46,6 @@ def config_from_saved(config_cls: type, saved: dict) -> Any:
     config = config_cls(**values)
     former = {k: v for k, v in config.former_values().items() if k not in saved}
     return dataclasses.replace(config, **former)
-
-
-def protocol_envs(config: Any, protocol: EvalProtocol, evaluation: int = 0
-                  ) -> tuple[Any, np.random.Generator]:
-    """The `EnvSettings` of a run's protocol evaluation `evaluation` (envs seeded apart from
-    training and from its other evaluations) and the random stream of its actions."""
-    seeds = run_seeds(config)
-    settings = protocol.env_settings(actor_env_settings(config, 0),
-                                     seeds.protocol_envs_seed(evaluation, protocol.episodes))
-    return settings, np.random.default_rng(seeds.protocol_actions(evaluation))
-
-
-def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalProtocol,
-                    evaluation: int = 0) -> np.ndarray:
-    """Plays `protocol.episodes` episodes with `params` on envs seeded apart from training
-    (evaluation k of a run gets seeds of its own); returns their `[episodes]` returns.
-
-    Args:
-      config: the run's config (its env, preprocessing and seed).
-      scores: jitted `(params, obs [B, ...]) -> [B, A]` (Q-values or logits).
-      params: the network's variables.
-      protocol: episodes, action rule, no-ops and cap (`paper_protocol`).
-      evaluation: which of the run's protocol evaluations this is.
-    """
-    settings, rng = protocol_envs(config, protocol, evaluation)
-    env = make_env(settings)
-    try:
-        return protocol.play(env, scores, params, rng).returns
-    finally:
-        env.close()
 
 
 @dataclasses.dataclass(frozen=True)

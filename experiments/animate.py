@@ -19,6 +19,7 @@ from agents import registry, trained
 from agents.run import checkpoint
 from agents.run.envs import make_env
 from agents.run.evaluation import FRAME_SKIP, select_actions
+from agents.run.protocol_play import protocol_envs
 
 flags.DEFINE_string("agent", "impala", f"the checkpoint's agent: one of {registry.names()}")
 flags.DEFINE_string("checkpoint", None, "a checkpoint folder (runs/<run>/checkpoints/step_N)")
@@ -45,7 +46,7 @@ def play(agent: trained.TrainedAgent, max_steps: int, every: int
     """Frames `[84, 84]` uint8 every `every` agent steps, the score at each, the final score
     and whether the game ended within `max_steps`."""
     protocol = registry.paper_protocol(agent.agent, episodes=1)
-    settings, rng = trained.protocol_envs(agent.config, protocol)
+    settings, rng = protocol_envs(agent.config, protocol)
     env = make_env(settings)
     frames, scores, score, ended = [], [], 0.0, False
     try:

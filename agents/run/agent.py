@@ -26,12 +26,12 @@ from agents.parallel import sharding
 from agents.parallel.step_counts import process_share
 from agents.run import checkpoint, run_folder
 from agents.run.driver import Driver
-from agents.run.envs import (actor_env_settings, confirm_env_settings, env_info,
-                             eval_env_settings, make_env)
-from agents.run.evaluation import Evaluator, config_protocol, confirm_protocol
+from agents.run.envs import actor_env_settings, env_info, eval_env_settings, make_env
+from agents.run.evaluation import Evaluator, SolvedAt, config_protocol, confirm_protocol
 from agents.run.interfaces import Learner, Runtime
 from agents.run.logger import plot_learning_curve, truncate_metrics
 from agents.run.param_server import ParamServer
+from agents.run.protocol_play import evaluate_params
 from agents.run.runner import ThreadRunner
 from agents.run.seeds import run_seeds
 from agents.run.stats import RunStats
@@ -142,13 +142,21 @@ class Agent:
         return checkpoint.save_run(self.checkpoint_dir, self.learner.host_state(), self.stats,
                                    self.config, self.checkpointed_replay())
 
-    def confirmation(self) -> tuple:
-        """The evaluator's `confirm` and `make_confirm_env` (both None without
-        solved_confirm_episodes)."""
+    def save_solved(self, solved: SolvedAt) -> str:
+        """Saves the parameters of the evaluation that solved the run (`solved/step_N`): the
+        final checkpoint holds those of a few hundred updates later."""
+        return checkpoint.save_solved(os.path.join(self.config.run_dir, "solved"), solved,
+                                      self.config)
+
+    def confirmation(self) -> Callable | None:
+        """The evaluator's `confirm` (None without solved_confirm_episodes): the protocol's
+        first evaluation of the run (`evaluate_params`), the games `experiments/evaluate.py`
+        plays from the saved `solved/step_N`."""
         protocol = confirm_protocol(self.config)
         if protocol is None:
-            return None, None
-        return protocol, lambda s=confirm_env_settings(self.config, protocol): make_env(s)
+            return None
+        return functools.partial(evaluate_params, self.config, self.eval_scores(),
+                                 protocol=protocol)
 
     def run(self) -> dict:
         """Trains until the budget, the solved line, Ctrl-C or a failure of any thread (or
@@ -160,7 +168,7 @@ class Agent:
                               config.solved_return, config_protocol(config),
                               run_seeds(config).eval_actions(),
                               lambda: self.stats.snapshot()["episode_return"],
-                              config.eval_from_return, *self.confirmation())
+                              config.eval_from_return, self.confirmation())
         runner = ThreadRunner()
         runner.on_stop(self.runtime.release)  # wakes adds and samples waiting on the replay
         for name, target in self.learner.threads():
@@ -179,7 +187,7 @@ class Agent:
                        "is left")
         driver = Driver(self.name, config, self.stats, self.learner, evaluator, self.save,
                         self.status, self.print, chief=self.chief,
-                        env_step_budget=budget)
+                        env_step_budget=budget, save_solved=self.save_solved)
         try:
             return driver.run(runner)
         finally:

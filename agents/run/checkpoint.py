@@ -380,6 +380,17 @@ def save_run(directory: str, learner_state: Any, stats: Any, config: Any,
     return save_checkpoint(directory, step, learner_state, meta, replay)
 
 
+def save_solved(directory: str, solved: Any, config: Any) -> str:
+    """Saves the parameters that solved a run (`Evaluator.solved_at`) as checkpoint
+    `directory/step_<updates>`: `{"params": ...}` without optimizer state, with the run's config
+    and the env steps of that evaluation, so `agents.trained.load` and `experiments/evaluate.py`
+    read it as any checkpoint (a run cannot resume from it)."""
+    meta = dict(counters=dict(env_steps=int(solved.env_steps)),
+                config=dataclasses.asdict(config), updates=int(solved.updates), solved=True)
+    return save_checkpoint(directory, int(solved.updates), {"params": solved.params}, meta,
+                           keep=1)
+
+
 def resume_run(path: str, learner_template: Any, stats: Any, replay: Any = None) -> Any:
     """Restores checkpoint `path` (chosen by `find_resumable`) into `stats` (and `replay`);
     returns the learner state."""

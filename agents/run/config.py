@@ -67,6 +67,8 @@ class RunConfig:
         confirmed before the run stops: n more whole games with the same parameters and action
         rule (30: the papers' protocol), logged as an evaluation of their own; the run stops
         only if their mean reaches solved_return too. 0: the evaluation alone stops it.
+        The confirming games are the protocol's first evaluation of those parameters, which
+        a solved run saves in `run_dir/solved/step_N` (`experiments/evaluate.py` replays them).
       eval_from_return: skip the in-run evaluations that fall due while the mean return of the
         last 100 training episodes (the progress line's, per life where a lost life ends a
         training episode) is below this; -inf: evaluate from the first period. Saves the

@@ -35,15 +35,19 @@ class Driver:
       chief: writes metrics, checkpoints and plots (with several processes only process 0).
       env_step_budget: the value of this process's own env-steps count (`RunStats.stop_at`)
         at which it stops (default: total_env_steps).
+      save_solved: writes the parameters of the evaluation that solved the run
+        (`Evaluator.solved_at`) and returns their checkpoint's path.
     """
 
     def __init__(self, name: str, config: Any, stats: RunStats, learner: Any,
                  evaluator: Evaluator, save: Callable[[], str],
                  status: Callable[[], dict[str, float]], print_fn: Callable,
-                 chief: bool = True, env_step_budget: int | None = None):
+                 chief: bool = True, env_step_budget: int | None = None,
+                 save_solved: Callable[[Any], str] | None = None):
         self.name, self.config, self.stats, self.learner = name, config, stats, learner
         self.evaluator, self.status, self.print = evaluator, status, print_fn
         self.save = save if chief else (lambda: None)
+        self.save_solved = save_solved if chief else None
         self.chief = chief
         self.budget = config.total_env_steps if env_step_budget is None else env_step_budget
         self.eval_history: list[dict] = []
@@ -89,6 +93,7 @@ class Driver:
         diverged = self.learner.diverged or self._diverged
         path = self._save("final") if diverged is None else None
         diverged = diverged or self._diverged
+        solved_path = self._save_solved()
         GUARD.idle()
         if logger is not None:
             logger.close()
@@ -105,6 +110,7 @@ class Driver:
                        wall_s=time.monotonic() - start,
                        run_wall_s=self.stats.get("wall_ms") / 1000, checkpoint=path,
                        checkpoint_failed=self.chief and path is None,
+                       solved_checkpoint=solved_path,
                        eval_history=self.eval_history,
                        process_env_steps=self.stats.since_start(("env_steps",))[0])
         # The run's env steps, and this process's own since its start where they differ (a
@@ -115,6 +121,9 @@ class Driver:
         self.print(f"done: solved={summary['solved']} env_steps={steps:,}{own} "
                    f"updates={summary['updates']:,} in {summary['wall_s']:.0f} s; "
                    f"checkpoint {path}")
+        if solved_path:
+            self.print(f"the parameters that solved it (update "
+                       f"{self.evaluator.solved_at.updates:,}): {solved_path}")
         return summary
 
     def _interrupt(self, name: str, runner: ThreadRunner) -> None:
@@ -150,6 +159,17 @@ class Driver:
                     "the run ends")
             self.print(f"{kind} checkpoint failed: {e}; the newest checkpoint, {newest}, is "
                        f"intact; {then}")
+            return None
+
+    def _save_solved(self) -> str | None:
+        """Saves the parameters that solved the run, if it was solved; on an OSError prints
+        what failed and returns None (the final checkpoint is written first)."""
+        if self.save_solved is None or self.evaluator.solved_at is None:
+            return None
+        try:
+            return self.save_solved(self.evaluator.solved_at)
+        except OSError as e:
+            self.print(f"the parameters that solved the run could not be saved: {e}")
             return None
 
     def _report(self, logger: MetricsLogger | None, start: float, last: tuple) -> tuple:

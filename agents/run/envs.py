@@ -290,10 +290,3 @@ def eval_env_settings(config: Any) -> EnvSettings:
     """The evaluation envs: one episode per env, real game scores, seeds apart from training."""
     return actor_env_settings(config, 0).for_evaluation(
         config.eval_episodes, seed=run_seeds(config).eval_envs_seed())
-
-
-def confirm_env_settings(config: Any, protocol: Any) -> EnvSettings:
-    """The envs that confirm a solved line (`Evaluator`'s confirm): `protocol`'s games, on the
-    seeds of the protocol's first block, apart from training and the in-run evaluations."""
-    return protocol.env_settings(actor_env_settings(config, 0),
-                                 run_seeds(config).protocol_envs_seed(0, protocol.episodes))

@@ -191,6 +191,15 @@ def confirm_protocol(config: Any) -> EvalProtocol | None:
     return dataclasses.replace(config_protocol(config), episodes=config.solved_confirm_episodes)
 
 
+class SolvedAt(NamedTuple):
+    """The evaluation that solved a run: the learner's `updates` and the run's `env_steps` when
+    it began, and the `params` it played."""
+
+    updates: int
+    env_steps: int
+    params: Any
+
+
 class Evaluator:
     """Evaluation thread: episodes with the latest parameters every `period` updates.
 
@@ -208,32 +217,31 @@ class Evaluator:
         first); with `from_return`, an evaluation falling due while it is below `from_return`
         is skipped (the next one is due a period later).
       from_return: see `train_return`; -inf evaluates every period.
-      confirm: with `make_confirm_env`, an evaluation reaching `solved_return` is confirmed
-        before the run stops: `confirm.play` with the same parameters on the pool
-        `make_confirm_env` builds (one episode per env), logged as a result of its own; the run
-        is solved only if its mean reaches `solved_return` too. None: no confirmation.
-      make_confirm_env: builds the confirmation's pool (on the first confirmation).
+      confirm: an evaluation reaching `solved_return` is confirmed before the run stops:
+        `confirm(params, stop=stop)` plays more games with the same parameters and returns
+        their returns `[N]` (None: stopped), logged as a result of its own; the run is solved
+        only if their mean reaches `solved_return` too. None: no confirmation.
 
     Each result: updates, env_steps, mean_return, min_return, episodes (games played).
+    Once solved, `solved_at` holds the evaluation's updates, env_steps and parameters (the run
+    saves them: the learner trains on while the games are played).
     """
 
     def __init__(self, make_env: Callable, policy: Callable, param_server: Any,
                  updates: Callable[[], int], env_steps: Callable[[], int], period: int,
                  solved_return: float, protocol: EvalProtocol | None = None,
                  seed: Any = None, train_return: Callable[[], float] = lambda: math.nan,
-                 from_return: float = -math.inf, confirm: EvalProtocol | None = None,
-                 make_confirm_env: Callable | None = None):
-        if (confirm is None) != (make_confirm_env is None):
-            raise ValueError("confirm and make_confirm_env go together: give both or neither")
+                 from_return: float = -math.inf, confirm: Callable | None = None):
         self._make_env, self._policy, self._param_server = make_env, policy, param_server
         self._updates, self._env_steps = updates, env_steps
         self._period, self._solved_return = period, solved_return
         self._protocol = protocol or EvalProtocol(episodes=1)
         self._rng = np.random.default_rng(seed)
         self._train_return, self._from_return = train_return, from_return
-        self._confirm, self._make_confirm_env, self._confirm_env = confirm, make_confirm_env, None
+        self._confirm = confirm
         self.results: queue.Queue = queue.Queue()
         self.solved = threading.Event()
+        self.solved_at: SolvedAt | None = None
 
     def _next_due(self) -> int:
         return (self._updates() // self._period + 1) * self._period
@@ -258,16 +266,15 @@ class Evaluator:
                 episodes = self._protocol.play(env, self._policy, params, self._rng, stop)
                 if episodes is None:  # the run is stopping: its final save waits on this thread
                     break
-                self.results.put(_result(updates, env_steps, episodes))
+                self.results.put(_result(updates, env_steps, episodes.returns))
                 if (np.mean(episodes.returns) >= self._solved_return
                         and self._confirmed(updates, env_steps, params, stop)):
+                    self.solved_at = SolvedAt(updates, env_steps, params)
                     self.solved.set()
                     stop.set()
                 due = self._next_due()
         finally:
             env.close()
-            if self._confirm_env is not None:
-                self._confirm_env.close()
 
     def _confirmed(self, updates: int, env_steps: int, params: Any,
                    stop: threading.Event) -> bool:
@@ -275,17 +282,14 @@ class Evaluator:
         `params` (logged as a result) also reach the solved line."""
         if self._confirm is None:
             return True
-        if self._confirm_env is None:
-            self._confirm_env = self._make_confirm_env()
-        episodes = self._confirm.play(self._confirm_env, self._policy, params, self._rng, stop)
-        if episodes is None:  # the run is stopping
+        returns = self._confirm(params, stop=stop)
+        if returns is None:  # the run is stopping
             return False
-        self.results.put(_result(updates, env_steps, episodes))
-        return bool(np.mean(episodes.returns) >= self._solved_return)
+        self.results.put(_result(updates, env_steps, returns))
+        return bool(np.mean(returns) >= self._solved_return)
 
 
-def _result(updates: int, env_steps: int, episodes: Episodes) -> dict:
-    """One evaluation's row of eval.csv."""
-    return dict(updates=updates, env_steps=env_steps,
-                mean_return=float(np.mean(episodes.returns)),
-                min_return=float(np.min(episodes.returns)), episodes=len(episodes.returns))
+def _result(updates: int, env_steps: int, returns: np.ndarray) -> dict:
+    """One evaluation's row of eval.csv, from its games' returns `[N]`."""
+    return dict(updates=updates, env_steps=env_steps, mean_return=float(np.mean(returns)),
+                min_return=float(np.min(returns)), episodes=len(returns))

@@ -43,7 +43,7 @@ from agents.run.evaluation import FRAME_SKIP, EvalProtocol
 from agents.run.interrupts import GUARD
 from agents.run.logger import read_metrics
 from agents.run.run_folder import UsageError, config_values
-from agents.trained import evaluate_params
+from agents.run.protocol_play import evaluate_params
 
 RESULT = "result.json"
 REUSE, TRAIN, CONTINUE, REEVALUATE = "reuse", "train", "continue", "reevaluate"

@@ -11,12 +11,14 @@ import jax
 import numpy as np
 import pytest
 
+from agents import trained
 from agents.apex import builder as apex_builder
 from agents.apex.agent import ApexAgent
 from agents.apex.config import ApexConfig
 from agents.impala import builder as impala_builder
 from agents.impala.agent import ImpalaAgent
 from agents.impala.config import ImpalaConfig
+from agents.run.evaluation import confirm_protocol
 from agents.run.flags import config_from_flagfile
 from agents.run.runner import WorkerError
 
@@ -99,6 +101,27 @@ def test_resume_continues_with_identical_learner_state(kind, tmp_path):
     assert summary["run_wall_s"] <= summary["wall_s"]
     assert summary["run_wall_s"] < more["run_wall_s"] <= summary["run_wall_s"] + more["wall_s"]
     assert more["env_steps"] >= 2 * kind.small["total_env_steps"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_parameters_that_solved_a_run_are_saved_and_replay_its_confirmation(kind,
+                                                                                  tmp_path):
+    """The learner trains on while the confirmation's games are played, so the final
+    checkpoint holds later parameters; those that solved the run are saved apart, and the
+    papers' protocol evaluation of that checkpoint replays the confirmation game for game."""
+    config = small_config(kind, tmp_path, total_env_steps=10**9, eval_period=5,
+                          solved_return=1.0, solved_confirm_episodes=4)
+    summary = kind.agent(config).run()
+    assert summary["solved"]
+    evaluation, confirmation = summary["eval_history"][-2:]
+    assert confirmation["episodes"] == 4 and evaluation["updates"] == confirmation["updates"]
+    path = summary["solved_checkpoint"]
+    assert os.path.dirname(path) == str(tmp_path / "solved")
+    solved = trained.load(kind.name, path)
+    assert (solved.updates, solved.env_steps) == (evaluation["updates"], evaluation["env_steps"])
+    returns = solved.evaluate(confirm_protocol(solved.config))
+    assert float(np.mean(returns)) == confirmation["mean_return"]
+    assert float(np.min(returns)) == confirmation["min_return"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from agents.impala.config import ImpalaConfig
-from agents.run.envs import EnvSettings, confirm_env_settings, eval_env_settings, make_env
-from agents.run.evaluation import EvalProtocol, Evaluator, config_protocol, confirm_protocol
+from agents.run.envs import EnvSettings, eval_env_settings, make_env
+from agents.run.evaluation import Evaluator, config_protocol, confirm_protocol, play_episodes
+from agents.run.protocol_play import protocol_envs
 from agents.run.seeds import run_seeds
 
 PERIOD = 10
@@ -97,10 +98,16 @@ def balance_pairs_only(params, obs):
 
 def confirming_evaluator(policy):
     """An evaluator thread, started, with an evaluation due, confirmed by 5 more games."""
+    def confirm(params, stop):
+        env = make_env(EnvSettings("CartPole-v1", 5, 5, seed=100))
+        try:
+            episodes = play_episodes(env, policy, params, stop=stop)
+        finally:
+            env.close()
+        return None if episodes is None else episodes.returns
+
     updates = [0]
-    evaluator, stop, thread = start(
-        updates, policy, solved_return=50.0, confirm=EvalProtocol(episodes=5),
-        make_confirm_env=lambda: make_env(EnvSettings("CartPole-v1", 5, 5, seed=100)))
+    evaluator, stop, thread = start(updates, policy, solved_return=50.0, confirm=confirm)
     updates[0] = PERIOD
     return evaluator, stop, thread
 
@@ -113,6 +120,7 @@ def test_a_solved_evaluation_confirmed_by_more_games_stops_the_run():
     assert (first["episodes"], confirmation["episodes"]) == (2, 5)
     assert first["updates"] == confirmation["updates"] == PERIOD
     assert first["mean_return"] >= 50 and confirmation["mean_return"] >= 50
+    assert evaluator.solved_at == (PERIOD, 0, None)  # updates, env_steps, params
 
 
 def test_a_solved_evaluation_the_confirmation_does_not_reach_leaves_the_run_going():
@@ -122,6 +130,7 @@ def test_a_solved_evaluation_the_confirmation_does_not_reach_leaves_the_run_goin
         assert first["mean_return"] >= 50 and first["episodes"] == 2
         assert confirmation["mean_return"] < 50 and confirmation["episodes"] == 5
         assert not evaluator.solved.is_set() and not stop.is_set() and thread.is_alive()
+        assert evaluator.solved_at is None
     finally:
         stop.set()
         thread.join(30)
@@ -131,16 +140,13 @@ def test_the_confirmation_plays_the_protocols_games_on_envs_of_their_own():
     config = ImpalaConfig(env="Pong-v5", solved_confirm_episodes=30, eval_action="sample")
     protocol = confirm_protocol(config)
     assert protocol == dataclasses.replace(config_protocol(config), episodes=30)
-    settings = confirm_env_settings(config, protocol)
+    settings, _ = protocol_envs(config, protocol)
     assert settings.num_envs == 30 and not settings.episodic_life and not settings.reward_clip
     assert settings.seed == run_seeds(config).protocol_envs_seed(0, 30)
     assert settings.seed > eval_env_settings(config).seed + config.eval_episodes
     assert confirm_protocol(ImpalaConfig()) is None
 
 
-def test_solved_confirm_episodes_must_be_zero_or_more_and_come_with_its_env():
+def test_solved_confirm_episodes_must_be_zero_or_more():
     with pytest.raises(ValueError, match="solved_confirm_episodes must be >= 0, got -1"):
         ImpalaConfig(solved_confirm_episodes=-1)
-    with pytest.raises(ValueError, match="confirm and make_confirm_env go together"):
-        Evaluator(None, always_left, LatestParams(), lambda: 0, lambda: 0, PERIOD, math.inf,
-                  confirm=EvalProtocol(episodes=5))
