@@ -33,10 +33,13 @@ is never advanced).
 
     .venv-peer-sf/bin/python benchmarks/peers/sample_factory_pong.py --seconds=600 --train_dir=/tmp/sf
 
-`--stop_return=18` ends the run once the mean return of the last 100 games (Sample Factory's
-`stats_avg` window, full games, actions sampled as in training) reaches 18, and prints when
-(wall time from launch and frames): its time to +18. The window trails the policy by about 100
-games.
+`--stop_return=18` ends the run once the mean return of the last `--stop_games` games (10 by
+default: as many as one of our in-run evaluations; full games, actions sampled as in training
+and as IMPALA's evaluations sample them) reaches 18, and prints when (wall time from launch and
+frames): its time to +18. Sample Factory's own average (`stats_avg`, 100 games, about 19
+minutes of play at these rates) trails its policy by far more than one evaluation does. Every
+`--report_s` seconds a line gives the wall time, frames and the mean of the last 10 and 100
+games: its learning curve.
 """
 
 import argparse
@@ -60,12 +63,21 @@ def last_games(runner) -> list:
 
 
 class WallClock(AlgoObserver):
-    """Stops training `seconds` after launch, or once the mean return of the last 100 games
-    reaches `stop_return`, and prints the frames/s after the first iteration."""
+    """Stops training `seconds` after launch, or once the mean return of the last `stop_games`
+    games reaches `stop_return`; prints the curve every `report_s` seconds and the frames/s
+    after the first iteration."""
 
-    def __init__(self, seconds: int | None, stop_return: float = math.inf):
+    def __init__(self, seconds: int | None, stop_return: float = math.inf,
+                 stop_games: int = 10, report_s: float = 60.0):
         self.seconds, self.stop_return, self.first, self.last = seconds, stop_return, None, None
+        self.stop_games, self.report_s, self.reported = stop_games, report_s, START
         self.reached = False
+
+    def report(self, now: float, frames: int, games: list) -> None:
+        """One line of the learning curve: wall, frames, the mean of the last 10 and 100."""
+        means = [f"{np.mean(games[-n:]):.2f}" if len(games) >= n else "n/a" for n in (10, 100)]
+        print(f"[sf] wall {now - START:.0f}s frames {frames:,} return last 10 games "
+              f"{means[0]} last 100 {means[1]}", flush=True)
 
     def on_training_step(self, runner, training_iteration_since_resume: int) -> None:
         now, counted = time.perf_counter(), sum(runner.env_steps.values())
@@ -75,12 +87,16 @@ class WallClock(AlgoObserver):
         if self.seconds is not None:
             runner.total_train_seconds = now - START  # compared with --train_for_seconds
         games = last_games(runner)
-        if not self.reached and len(games) >= runner.cfg.stats_avg \
-                and np.mean(games) >= self.stop_return:
+        per_frame = 1 if runner.cfg.summaries_use_frameskip else runner.cfg.env_frameskip
+        if now - self.reported >= self.report_s:
+            self.reported = now
+            self.report(now, counted * per_frame, games)
+        window = games[-self.stop_games:]
+        if not self.reached and len(window) == self.stop_games \
+                and np.mean(window) >= self.stop_return:
             self.reached = True
-            per_frame = 1 if runner.cfg.summaries_use_frameskip else runner.cfg.env_frameskip
-            print(f"[sf] reached {self.stop_return:g}: mean {np.mean(games):.2f} of the last "
-                  f"{len(games)} games at wall {now - START:.0f}s, frames "
+            print(f"[sf] reached {self.stop_return:g}: mean {np.mean(window):.2f} of the last "
+                  f"{len(window)} games at wall {now - START:.0f}s, frames "
                   f"{counted * per_frame:,}", flush=True)
         if self.reached:
             runner.total_train_seconds = math.inf  # ends training after this iteration
@@ -108,8 +124,16 @@ def main() -> int:
     parser.add_argument("--experiment", default="sf_pong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop_return", type=float, default=math.inf,
-                        help="stop once the mean return of the last 100 games reaches this")
+                        help="stop once the mean return of the last --stop_games games "
+                        "reaches this")
+    parser.add_argument("--stop_games", type=int, default=10,
+                        help="games in --stop_return's mean, 1 to 100 (Sample Factory keeps "
+                        "the last 100)")
+    parser.add_argument("--report_s", type=float, default=60.0,
+                        help="seconds between learning-curve lines")
     args, extra = parser.parse_known_args()
+    if not 1 <= args.stop_games <= 100:
+        parser.error(f"--stop_games must be in 1..100, got {args.stop_games}")
     argv = ["--algo=APPO", "--env=atari_pong", f"--experiment={args.experiment}",
             f"--train_dir={args.train_dir}", f"--seed={args.seed}", "--device=cpu",
             "--restart_behavior=overwrite", "--num_workers=2", "--num_envs_per_worker=4",
@@ -120,7 +144,8 @@ def main() -> int:
         argv.append(f"--train_for_env_steps={args.train_for_env_steps}")
     register_atari_components()
     _, runner = make_runner(parse_atari_args(argv + extra))
-    runner.register_observer(WallClock(args.seconds, args.stop_return))
+    runner.register_observer(WallClock(args.seconds, args.stop_return, args.stop_games,
+                                        args.report_s))
     status = runner.init()
     if status == ExperimentStatus.SUCCESS:
         status = runner.run()
