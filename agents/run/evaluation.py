@@ -222,7 +222,8 @@ class Evaluator:
         their returns `[N]` (None: stopped), logged as a result of its own; the run is solved
         only if their mean reaches `solved_return` too. None: no confirmation.
 
-    Each result: updates, env_steps, mean_return, min_return, episodes (games played).
+    Each result: updates, env_steps, mean_return, min_return, max_return, std_return (the
+    games' sample standard deviation, for an interval on the mean), episodes (games played).
     Once solved, `solved_at` holds the evaluation's updates, env_steps and parameters (the run
     saves them: the learner trains on while the games are played).
     """
@@ -292,4 +293,6 @@ class Evaluator:
 def _result(updates: int, env_steps: int, returns: np.ndarray) -> dict:
     """One evaluation's row of eval.csv, from its games' returns `[N]`."""
     return dict(updates=updates, env_steps=env_steps, mean_return=float(np.mean(returns)),
-                min_return=float(np.min(returns)), episodes=len(returns))
+                min_return=float(np.min(returns)), max_return=float(np.max(returns)),
+                std_return=float(np.std(returns, ddof=1)) if len(returns) > 1 else 0.0,
+                episodes=len(returns))

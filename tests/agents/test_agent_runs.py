@@ -122,6 +122,8 @@ def test_the_parameters_that_solved_a_run_are_saved_and_replay_its_confirmation(
     returns = solved.evaluate(confirm_protocol(solved.config))
     assert float(np.mean(returns)) == confirmation["mean_return"]
     assert float(np.min(returns)) == confirmation["min_return"]
+    assert float(np.max(returns)) == confirmation["max_return"]
+    assert float(np.std(returns, ddof=1)) == pytest.approx(confirmation["std_return"])
 
 
 @pytest.mark.parametrize("kind", KINDS)
