@@ -223,7 +223,7 @@ class Evaluator:
         only if their mean reaches `solved_return` too. None: no confirmation.
 
     Each result: updates, env_steps, mean_return, min_return, max_return, std_return (the
-    games' sample standard deviation, for an interval on the mean), episodes (games played).
+    games' sample standard deviation, for an interval on the mean; NaN for one game), episodes (games played).
     Once solved, `solved_at` holds the evaluation's updates, env_steps and parameters (the run
     saves them: the learner trains on while the games are played).
     """
@@ -294,5 +294,5 @@ def _result(updates: int, env_steps: int, returns: np.ndarray) -> dict:
     """One evaluation's row of eval.csv, from its games' returns `[N]`."""
     return dict(updates=updates, env_steps=env_steps, mean_return=float(np.mean(returns)),
                 min_return=float(np.min(returns)), max_return=float(np.max(returns)),
-                std_return=float(np.std(returns, ddof=1)) if len(returns) > 1 else 0.0,
+                std_return=float(np.std(returns, ddof=1)) if len(returns) > 1 else math.nan,
                 episodes=len(returns))

@@ -12,7 +12,8 @@ import pytest
 
 from agents.impala.config import ImpalaConfig
 from agents.run.envs import EnvSettings, eval_env_settings, make_env
-from agents.run.evaluation import Evaluator, config_protocol, confirm_protocol, play_episodes
+from agents.run.evaluation import (Evaluator, _result, config_protocol, confirm_protocol,
+                                   play_episodes)
 from agents.run.protocol_play import protocol_envs
 from agents.run.seeds import run_seeds
 
@@ -78,6 +79,16 @@ def test_without_a_threshold_evaluations_start_before_any_training_episode():
     finally:
         stop.set()
         thread.join(30)
+
+
+def test_an_evaluations_row_holds_the_spread_of_its_games():
+    row = _result(7, 70, np.array([1.0, 3.0, 8.0]))
+    assert (row["mean_return"], row["min_return"], row["max_return"]) == (4.0, 1.0, 8.0)
+    assert row["std_return"] == pytest.approx(np.sqrt(13.0))  # sample std: (9 + 1 + 16) / 2
+    assert row["episodes"] == 3
+    one = _result(7, 70, np.array([5.0]))
+    assert one["min_return"] == one["mean_return"] == one["max_return"] == 5.0
+    assert math.isnan(one["std_return"])  # one game has no spread, not a spread of 0
 
 
 def test_eval_from_return_rejects_nan():
