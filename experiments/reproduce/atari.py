@@ -95,7 +95,7 @@ def collect(results: dict, refs: dict, column: str) -> tuple[list[list], dict, d
 def summary_markdown(results: dict, refs: dict, column: str, reps: int) -> str:
     rows, hns_by_game, _ = collect(results, refs, column)
     text = ["Per game: our final score (mean over seeds of each seed's protocol evaluation) "
-            f"against the paper's ({column}).", "",
+            f"against the paper's ({column}, after {references.frames_label(column)}).", "",
             aggregates.markdown_table(["game", "seeds", "ours", "ours std", "paper", "ours HNS",
                                        "paper HNS"], rows)]
     seeds = {len(v) for v in hns_by_game.values()}
@@ -130,7 +130,7 @@ def plot_curves(results: dict, refs: dict, column: str, path: str) -> None:
             ax.plot(x, [p["mean_return"] for p in r["curve"]], label=f"seed {r['seed']}")
         paper = refs.get(game_name(env), {}).get(column, math.nan)
         if not math.isnan(paper):
-            ax.axhline(paper, color="k", linestyle="--", label=f"paper ({column})")
+            ax.axhline(paper, color="k", linestyle="--", label=f"paper ({column}, {references.frames_label(column)})")
         ax.set_xlabel("frames" if is_atari(env) else "env steps")
         ax.set_ylabel("evaluation return")
         ax.set_title(game_name(env))

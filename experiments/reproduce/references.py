@@ -7,6 +7,18 @@ import os
 SCORES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "atari_scores.csv")
 PAPER_COLUMNS = {"apex": "apex_noop", "impala": "impala_deep",
                  "impala_shallow": "impala_shallow"}
+# The emulator frames behind each column's scores: Ape-X trained for 5 days, 22.8B frames
+# (Horgan et al. 2018, Table 1); IMPALA's single-game experts 200M frames each (Espeholt et
+# al. 2018, the single-task Atari results). A score after fewer frames is compared only with
+# that said.
+PAPER_FRAMES = {"apex_noop": 22_800_000_000, "impala_deep": 200_000_000,
+                "impala_shallow": 200_000_000}
+
+
+def frames_label(column: str) -> str:
+    """'22.8B frames' or '200M frames': how many frames the column's scores were reached at."""
+    frames = PAPER_FRAMES[column]
+    return (f"{frames / 1e9:g}B frames" if frames >= 1e9 else f"{frames / 1e6:g}M frames")
 
 
 def load_references(path: str = SCORES_FILE) -> dict[str, dict[str, float]]:

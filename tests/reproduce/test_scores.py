@@ -88,6 +88,13 @@ def test_reference_file_holds_the_57_games_with_their_sources():
         references.paper_column("r2d2")
 
 
+def test_every_papers_column_says_how_many_frames_its_scores_took():
+    columns = set(references.PAPER_COLUMNS.values())
+    assert set(references.PAPER_FRAMES) == columns
+    assert references.frames_label("apex_noop") == "22.8B frames"
+    assert references.frames_label("impala_shallow") == "200M frames"
+
+
 @pytest.mark.parametrize("column,median,mean", [
     ("apex_noop", 434.1, 1695.6),  # Horgan et al. 2018, Table 1 (no-op starts)
     ("impala_deep", 191.8, 957.6),  # Espeholt et al. 2018, Table 4
