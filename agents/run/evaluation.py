@@ -223,7 +223,8 @@ class Evaluator:
         only if their mean reaches `solved_return` too. None: no confirmation.
 
     Each result: updates, env_steps, mean_return, min_return, max_return, std_return (the
-    games' sample standard deviation, for an interval on the mean; NaN for one game), episodes (games played).
+    games' sample standard deviation, for an interval on the mean; NaN for one game), episodes
+    (games played).
     Once solved, `solved_at` holds the evaluation's updates, env_steps and parameters (the run
     saves them: the learner trains on while the games are played).
     """

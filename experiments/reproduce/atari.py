@@ -130,7 +130,8 @@ def plot_curves(results: dict, refs: dict, column: str, path: str) -> None:
             ax.plot(x, [p["mean_return"] for p in r["curve"]], label=f"seed {r['seed']}")
         paper = refs.get(game_name(env), {}).get(column, math.nan)
         if not math.isnan(paper):
-            ax.axhline(paper, color="k", linestyle="--", label=f"paper ({column}, {references.frames_label(column)})")
+            ax.axhline(paper, color="k", linestyle="--",
+                       label=f"paper ({column}, {references.frames_label(column)})")
         ax.set_xlabel("frames" if is_atari(env) else "env steps")
         ax.set_ylabel("evaluation return")
         ax.set_title(game_name(env))

@@ -18,7 +18,7 @@ PAPER_FRAMES = {"apex_noop": 22_800_000_000, "impala_deep": 200_000_000,
 def frames_label(column: str) -> str:
     """'22.8B frames' or '200M frames': how many frames the column's scores were reached at."""
     frames = PAPER_FRAMES[column]
-    return (f"{frames / 1e9:g}B frames" if frames >= 1e9 else f"{frames / 1e6:g}M frames")
+    return f"{frames / 1e9:g}B frames" if frames >= 1e9 else f"{frames / 1e6:g}M frames"
 
 
 def load_references(path: str = SCORES_FILE) -> dict[str, dict[str, float]]:
