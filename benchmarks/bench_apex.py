@@ -9,9 +9,12 @@
 - networks: the bare jitted update (batch 32) of the Pong configs' networks, timed in turns:
   the dueling Nature network (`apex_pong_cpu.cfg`) against the IMPALA shallow torso with
   256-unit dueling streams (`apex_pong_cpu_shallow.cfg`). Record only.
+- batches: the bare jitted update of the shallow network at batch 32, 64 and 128, timed in
+  turns: updates/s and sampled transitions/s, the price of a larger batch. Record only.
 - cartpole: wall time and env steps until greedy evaluation reaches 475, median of 3 seeds.
 
-    python benchmarks/bench_apex.py [--parts actor,learner,networks,cartpole] [--seconds 20]
+    python benchmarks/bench_apex.py [--parts actor,learner,networks,batches,cartpole]
+                                    [--seconds 20]
 """
 
 import dataclasses
@@ -95,25 +98,39 @@ def bare_update(config, network, state, replay, mesh):
     return step
 
 
-def networks_part(seconds):
+def bare_updates(variants, seconds):
+    """Median seconds per bare update of each config in `variants` (name: changes to ATARI),
+    timed in turns, and each network's parameter count."""
     info = env_info(actor_env_settings(ATARI, 0))
     mesh = sharding.learner_mesh(jax.local_devices()[:1])
     replay = make_replay(ATARI, info)
     fill_replay(replay, info, 5_000, np.random.default_rng(0))
     steps, sizes = {}, {}
-    for name, changes in NETWORKS.items():
+    for name, changes in variants.items():
         config = dataclasses.replace(ATARI, **changes)
         network = make_network(config, info)
         state = init_state(network, make_optimizer(config), np.zeros(info.obs_shape, np.uint8),
                            jax.random.PRNGKey(0))
         sizes[name] = sum(p.size for p in jax.tree.leaves(state.params))
         steps[name] = bare_update(config, network, state, replay, mesh)
-    # About `seconds` of the slowest network's updates, all networks in turns.
+    # About `seconds` of the slowest variant's updates, all variants in turns.
     repeats = max(10, int(seconds * 5))
-    medians = timing.interleaved_medians(steps, repeats=repeats)
+    return timing.interleaved_medians(steps, repeats=repeats), sizes
+
+
+def networks_part(seconds):
+    medians, sizes = bare_updates(NETWORKS, seconds)
     first = next(iter(NETWORKS))
     return [[name, f"{sizes[name]:,}", 1 / medians[name], medians[first] / medians[name]]
             for name in NETWORKS]
+
+
+def batches_part(seconds):
+    shallow = NETWORKS["impala_shallow, dueling streams 256"]
+    batches = {size: dict(shallow, batch_size=size) for size in (32, 64, 128)}
+    medians, _ = bare_updates(batches, seconds / 2)
+    return [[size, 1 / medians[size], size / medians[size], medians[size] / medians[32]]
+            for size in batches]
 
 
 def learner_part(seconds):
@@ -164,6 +181,9 @@ def main():
     if "networks" in parts:
         timing.print_table(["network (Pong, batch 32)", "params", "updates/s", "x nature"],
                            networks_part(seconds))
+    if "batches" in parts:
+        timing.print_table(["batch (shallow network)", "updates/s", "transitions/s",
+                            "x batch 32 time"], batches_part(seconds))
     rows = []
     if "actor" in parts:
         rows += actor_part(seconds)
