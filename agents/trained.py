@@ -25,8 +25,8 @@ import numpy as np
 from agents import registry
 from agents.run import checkpoint
 from agents.run.envs import EnvInfo, actor_env_settings, env_info
-from agents.run.evaluation import EvalProtocol
-from agents.run.protocol_play import evaluate_params
+from agents.run.evaluation import Episodes, EvalProtocol
+from agents.run.protocol_play import play_params
 
 def config_from_saved(config_cls: type, saved: dict) -> Any:
     """`config_cls` from a checkpoint's `meta.json` config: lists back to tuples, a None
@@ -79,9 +79,14 @@ class TrainedAgent:
         """`[B, A]` Q-values (Ape-X) or policy logits (IMPALA) of observations `[B, ...]`."""
         return np.asarray(self._scores(self.params, obs))
 
+    def play(self, protocol: EvalProtocol, evaluation: int = 0) -> Episodes:
+        """`[protocol.episodes]` returns and agent steps of whole games under `protocol`
+        (`play_params`)."""
+        return play_params(self.config, self._scores, self.params, protocol, evaluation)
+
     def evaluate(self, protocol: EvalProtocol, evaluation: int = 0) -> np.ndarray:
-        """`[protocol.episodes]` returns of whole games under `protocol` (`evaluate_params`)."""
-        return evaluate_params(self.config, self._scores, self.params, protocol, evaluation)
+        """`[protocol.episodes]` returns of whole games under `protocol`."""
+        return self.play(protocol, evaluation).returns
 
 
 def load(agent: str, path: str) -> TrainedAgent:

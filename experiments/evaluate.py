@@ -4,7 +4,8 @@ The protocol is `agents.registry.paper_protocol` (whole games of up to 108K fram
 no-op starts, no FIRE pressed for the agent, the agent's own action rule: IMPALA samples from its
 policy, Ape-X acts epsilon-greedily with its paper's epsilon), on envs seeded apart from
 training, as the reproduction scripts' final evaluation. It prints the mean return with a 95%
-bootstrap interval of the mean over the episodes, and writes each episode's return to `--out`.
+bootstrap interval of the mean over the episodes and the games' lengths, and writes each
+episode's return and agent steps to `--out`.
 
     python experiments/evaluate.py --agent=impala --episodes=30 \
         --checkpoint=runs/impala_pong_cpu_fast_seed0/checkpoints/step_000000028139 \
@@ -24,7 +25,7 @@ flags.DEFINE_string("checkpoint", None, "a checkpoint folder (runs/<run>/checkpo
 flags.DEFINE_integer("episodes", 30, "whole episodes played (the papers: 30)")
 flags.DEFINE_bool("greedy", False, "IMPALA: the argmax action instead of a sample")
 flags.DEFINE_float("epsilon", None, "Ape-X: the evaluation's epsilon (default: its paper's)")
-flags.DEFINE_string("out", None, "a CSV of each episode's return (optional)")
+flags.DEFINE_string("out", None, "a CSV of each episode's return and steps (optional)")
 flags.DEFINE_integer("bootstrap_reps", 2000, "resamples of the mean's interval")
 FLAGS = flags.FLAGS
 
@@ -58,19 +59,22 @@ def load() -> tuple[trained.TrainedAgent, object]:
 def main(argv):
     del argv
     agent, protocol = load()
-    returns = np.asarray(agent.evaluate(protocol), np.float64)
+    games = agent.play(protocol)
+    returns = np.asarray(games.returns, np.float64)
     low, high = mean_interval(returns, FLAGS.bootstrap_reps)
     if FLAGS.out:
         with open(FLAGS.out, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["episode", "return"])
-            writer.writerows((i, float(r)) for i, r in enumerate(returns))
+            writer.writerow(["episode", "return", "steps"])
+            writer.writerows((i, float(r), int(n)) for i, (r, n) in
+                             enumerate(zip(returns, games.steps)))
     rule = protocol.action_rule + (f" {protocol.epsilon:g}" if protocol.action_rule ==
                                    "epsilon_greedy" else "")
     print(f"{FLAGS.checkpoint}: {agent.config.env}, {agent.env_steps:,} agent steps, "
           f"{agent.updates:,} updates; {len(returns)} episodes ({rule}): mean "
           f"{returns.mean():.2f} [95% CI {low:.2f}, {high:.2f}], std {returns.std():.2f}, "
-          f"min {returns.min():g}, max {returns.max():g}")
+          f"min {returns.min():g}, max {returns.max():g}; agent steps a game: mean "
+          f"{games.steps.mean():,.0f}, max {games.steps.max():,}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ def test_the_shipped_pong_agent_wins_a_whole_game(tmp_path):
     with open(out) as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 1 and float(rows[0]["return"]) > 0
+    steps = int(rows[0]["steps"])  # a won game of Pong: 21 points of at least ~50 steps each
+    assert 1_000 < steps <= 27_000 and f"agent steps a game: mean {steps:,}" in done.stdout
     score = float(rows[0]["return"])
     # one episode: the bootstrap interval of the mean is the score itself
     interval = f"[95% CI {score:.2f}, {score:.2f}]"

@@ -31,7 +31,7 @@ from agents.run.evaluation import Evaluator, SolvedAt, config_protocol, confirm_
 from agents.run.interfaces import Learner, Runtime
 from agents.run.logger import plot_learning_curve, truncate_metrics
 from agents.run.param_server import ParamServer
-from agents.run.protocol_play import evaluate_params
+from agents.run.protocol_play import play_params
 from agents.run.runner import ThreadRunner
 from agents.run.seeds import run_seeds
 from agents.run.stats import RunStats
@@ -150,12 +150,12 @@ class Agent:
 
     def confirmation(self) -> Callable | None:
         """The evaluator's `confirm` (None without solved_confirm_episodes): the protocol's
-        first evaluation of the run (`evaluate_params`), the games `experiments/evaluate.py`
+        first evaluation of the run (`play_params`), the games `experiments/evaluate.py`
         plays from the saved `solved/step_N`."""
         protocol = confirm_protocol(self.config)
         if protocol is None:
             return None
-        return functools.partial(evaluate_params, self.config, self.eval_scores(),
+        return functools.partial(play_params, self.config, self.eval_scores(),
                                  protocol=protocol)
 
     def run(self) -> dict:

@@ -219,12 +219,13 @@ class Evaluator:
       from_return: see `train_return`; -inf evaluates every period.
       confirm: an evaluation reaching `solved_return` is confirmed before the run stops:
         `confirm(params, stop=stop)` plays more games with the same parameters and returns
-        their returns `[N]` (None: stopped), logged as a result of its own; the run is solved
-        only if their mean reaches `solved_return` too. None: no confirmation.
+        their `Episodes` (None: stopped), logged as a result of its own; the run is solved
+        only if their mean return reaches `solved_return` too. None: no confirmation.
 
     Each result: updates, env_steps, mean_return, min_return, max_return, std_return (the
     games' sample standard deviation, for an interval on the mean; NaN for one game), episodes
-    (games played).
+    (games played), mean_steps and max_steps (the games' agent steps: a game that waits for
+    an action the agent never takes lasts until the cap).
     Once solved, `solved_at` holds the evaluation's updates, env_steps and parameters (the run
     saves them: the learner trains on while the games are played).
     """
@@ -268,7 +269,7 @@ class Evaluator:
                 episodes = self._protocol.play(env, self._policy, params, self._rng, stop)
                 if episodes is None:  # the run is stopping: its final save waits on this thread
                     break
-                self.results.put(_result(updates, env_steps, episodes.returns))
+                self.results.put(_result(updates, env_steps, episodes))
                 if (np.mean(episodes.returns) >= self._solved_return
                         and self._confirmed(updates, env_steps, params, stop)):
                     self.solved_at = SolvedAt(updates, env_steps, params)
@@ -284,16 +285,18 @@ class Evaluator:
         `params` (logged as a result) also reach the solved line."""
         if self._confirm is None:
             return True
-        returns = self._confirm(params, stop=stop)
-        if returns is None:  # the run is stopping
+        episodes = self._confirm(params, stop=stop)
+        if episodes is None:  # the run is stopping
             return False
-        self.results.put(_result(updates, env_steps, returns))
-        return bool(np.mean(returns) >= self._solved_return)
+        self.results.put(_result(updates, env_steps, episodes))
+        return bool(np.mean(episodes.returns) >= self._solved_return)
 
 
-def _result(updates: int, env_steps: int, returns: np.ndarray) -> dict:
-    """One evaluation's row of eval.csv, from its games' returns `[N]`."""
+def _result(updates: int, env_steps: int, episodes: Episodes) -> dict:
+    """One evaluation's row of eval.csv, from its games (`[N]` returns and steps)."""
+    returns = episodes.returns
     return dict(updates=updates, env_steps=env_steps, mean_return=float(np.mean(returns)),
                 min_return=float(np.min(returns)), max_return=float(np.max(returns)),
                 std_return=float(np.std(returns, ddof=1)) if len(returns) > 1 else math.nan,
-                episodes=len(returns))
+                episodes=len(returns), mean_steps=float(np.mean(episodes.steps)),
+                max_steps=float(np.max(episodes.steps)))

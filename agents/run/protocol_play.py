@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from agents.run.envs import actor_env_settings, make_env
-from agents.run.evaluation import EvalProtocol
+from agents.run.evaluation import Episodes, EvalProtocol
 from agents.run.seeds import run_seeds
 
 
@@ -27,11 +27,11 @@ def protocol_envs(config: Any, protocol: EvalProtocol, evaluation: int = 0
     return settings, np.random.default_rng(seeds.protocol_actions(evaluation))
 
 
-def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalProtocol,
-                    evaluation: int = 0, stop: threading.Event | None = None
-                    ) -> np.ndarray | None:
+def play_params(config: Any, scores: Callable, params: Any, protocol: EvalProtocol,
+                evaluation: int = 0, stop: threading.Event | None = None) -> Episodes | None:
     """Plays `protocol.episodes` episodes with `params` on envs seeded apart from training
-    (evaluation k of a run gets seeds of its own); returns their `[episodes]` returns.
+    (evaluation k of a run gets seeds of its own); returns their `[episodes]` returns and
+    agent steps.
 
     Args:
       config: the run's config (its env, preprocessing and seed).
@@ -47,4 +47,12 @@ def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalPr
         episodes = protocol.play(env, scores, params, rng, stop)
     finally:
         env.close()
+    return episodes
+
+
+def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalProtocol,
+                    evaluation: int = 0, stop: threading.Event | None = None
+                    ) -> np.ndarray | None:
+    """The `[episodes]` returns of `play_params`'s games (None: stopped)."""
+    episodes = play_params(config, scores, params, protocol, evaluation, stop)
     return None if episodes is None else episodes.returns

@@ -39,11 +39,11 @@ import numpy as np
 from agents import registry, trained
 from agents.run import checkpoint
 from agents.run.envs import is_atari
-from agents.run.evaluation import FRAME_SKIP, EvalProtocol
+from agents.run.evaluation import FRAME_SKIP, Episodes, EvalProtocol
 from agents.run.interrupts import GUARD
 from agents.run.logger import read_metrics
 from agents.run.run_folder import UsageError, config_values
-from agents.run.protocol_play import evaluate_params
+from agents.run.protocol_play import play_params
 
 RESULT = "result.json"
 REUSE, TRAIN, CONTINUE, REEVALUATE = "reuse", "train", "continue", "reevaluate"
@@ -76,11 +76,14 @@ def check_agent(agent: str) -> None:
     registry.get(agent)  # a ValueError naming the agents for any other name
 
 
-def protocol_evaluate(agent: Any, protocol: EvalProtocol, evaluation: int = 0) -> np.ndarray:
+NO_GAMES = Episodes(np.zeros(0), np.zeros(0, np.int64))  # the result of no final evaluation
+
+
+def protocol_play(agent: Any, protocol: EvalProtocol, evaluation: int = 0) -> Episodes:
     """Plays `protocol.episodes` episodes with a finished agent's final parameters on envs
-    seeded apart from training; returns their `[episodes]` returns."""
+    seeded apart from training; returns their `[episodes]` returns and agent steps."""
     params = jax.device_get(agent.learner.host_state().params)
-    return evaluate_params(agent.config, agent.eval_scores(), params, protocol, evaluation)
+    return play_params(agent.config, agent.eval_scores(), params, protocol, evaluation)
 
 
 @dataclasses.dataclass
@@ -189,7 +192,8 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
     The result holds the records of what produced it (`config`, `frames`, `total_env_steps`,
     `seed`, `protocol`, `flagfile`), the run's summary figures (`wall_s`: training wall time
     over all its starts), its logged evaluations (`curve`: env steps and mean return) and the
-    protocol's episode returns (`final_returns`).
+    protocol's games (`final_returns`, and `final_steps`: each game's agent steps, where a
+    game ended by the cap shows as the cap).
 
     Raises:
       UsageError: `plan` refuses the run folder (nothing was started).
@@ -220,7 +224,7 @@ def run(agent_name: str, config: Any, protocol: EvalProtocol | None,
     if summary.get("interrupted"):
         raise KeyboardInterrupt("the run was interrupted; run the script again to resume it")
     GUARD.starting()  # after the final save signals were only kept: they raise again
-    final = protocol_evaluate(agent, protocol) if protocol is not None else np.array([])
+    final = protocol_play(agent, protocol) if protocol is not None else NO_GAMES
     lag = agent.learner.host_metrics().get("policy_lag_mean", float("nan"))  # IMPALA's
     # A run resumed from a checkpoint made before runs counted their wall time has counted
     # only the starts since: its whole wall time is not known.
@@ -236,8 +240,8 @@ def _reevaluate(agent_name: str, config: Any, protocol: EvalProtocol | None, fou
     """The result of the final checkpoint under `protocol`, trained before: no run folder is
     locked or written but the result."""
     GUARD.starting()
-    final = (trained.load(agent_name, found.checkpoint).evaluate(protocol)
-             if protocol is not None else np.array([]))
+    final = (trained.load(agent_name, found.checkpoint).play(protocol)
+             if protocol is not None else NO_GAMES)
     counters = found.meta["counters"]
     wall_s = found.result["wall_s"] if "config" in found.result else _checkpoint_wall_s(found)
     return _write(config.run_dir, _result(
@@ -253,14 +257,15 @@ def _checkpoint_wall_s(found: Plan) -> float | None:
 
 
 def _result(agent_name: str, config: Any, records: dict, env_steps: int, updates: int,
-            wall_s: float | None, lag: float, final: np.ndarray,
+            wall_s: float | None, lag: float, final: Episodes,
             protocol: EvalProtocol | None) -> dict:
     curve = [dict(env_steps=row["env_steps"], mean_return=row["mean_return"])
              for row in read_metrics(config.run_dir, "eval")]
     return dict(agent=agent_name, env=config.env, seed=config.seed,
                 correction=getattr(config, "correction", None),  # V-trace's, of IMPALA runs
                 env_steps=env_steps, updates=updates, wall_s=wall_s, policy_lag_mean=lag,
-                curve=curve, final_returns=[float(x) for x in final],
+                curve=curve, final_returns=[float(x) for x in final.returns],
+                final_steps=[int(x) for x in final.steps],
                 protocol=_protocol_values(protocol), **records)
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from agents.impala.config import ImpalaConfig
 from agents.run.envs import EnvSettings, eval_env_settings, make_env
-from agents.run.evaluation import (Evaluator, _result, config_protocol, confirm_protocol,
-                                   play_episodes)
+from agents.run.evaluation import (Episodes, Evaluator, _result, config_protocol,
+                                   confirm_protocol, play_episodes)
 from agents.run.protocol_play import protocol_envs
 from agents.run.seeds import run_seeds
 
@@ -81,12 +81,13 @@ def test_without_a_threshold_evaluations_start_before_any_training_episode():
         thread.join(30)
 
 
-def test_an_evaluations_row_holds_the_spread_of_its_games():
-    row = _result(7, 70, np.array([1.0, 3.0, 8.0]))
+def test_an_evaluations_row_holds_the_spread_of_its_games_and_their_lengths():
+    row = _result(7, 70, Episodes(np.array([1.0, 3.0, 8.0]), np.array([100, 200, 27_000])))
     assert (row["mean_return"], row["min_return"], row["max_return"]) == (4.0, 1.0, 8.0)
     assert row["std_return"] == pytest.approx(np.sqrt(13.0))  # sample std: (9 + 1 + 16) / 2
     assert row["episodes"] == 3
-    one = _result(7, 70, np.array([5.0]))
+    assert (row["mean_steps"], row["max_steps"]) == (9_100.0, 27_000.0)  # one game at the cap
+    one = _result(7, 70, Episodes(np.array([5.0]), np.array([40])))
     assert one["min_return"] == one["mean_return"] == one["max_return"] == 5.0
     assert math.isnan(one["std_return"])  # one game has no spread, not a spread of 0
 
@@ -112,10 +113,9 @@ def confirming_evaluator(policy):
     def confirm(params, stop):
         env = make_env(EnvSettings("CartPole-v1", 5, 5, seed=100))
         try:
-            episodes = play_episodes(env, policy, params, stop=stop)
+            return play_episodes(env, policy, params, stop=stop)
         finally:
             env.close()
-        return None if episodes is None else episodes.returns
 
     updates = [0]
     evaluator, stop, thread = start(updates, policy, solved_return=50.0, confirm=confirm)
@@ -131,6 +131,9 @@ def test_a_solved_evaluation_confirmed_by_more_games_stops_the_run():
     assert (first["episodes"], confirmation["episodes"]) == (2, 5)
     assert first["updates"] == confirmation["updates"] == PERIOD
     assert first["mean_return"] >= 50 and confirmation["mean_return"] >= 50
+    # CartPole pays 1 a step: each evaluation's games last as long as they score
+    assert first["mean_steps"] == first["mean_return"]
+    assert confirmation["max_steps"] == confirmation["max_return"]
     assert evaluator.solved_at == (PERIOD, 0, None)  # updates, env_steps, params
 
 

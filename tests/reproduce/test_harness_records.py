@@ -65,6 +65,7 @@ def test_equal_settings_reuse_the_result_which_records_what_produced_it(copy, mo
     assert (first["frames"], first["total_env_steps"], first["seed"]) == (1_000, 1_000, 0)
     assert first["flagfile"] == IMPALA_CFG and first["protocol"]["episodes"] == 2
     assert first["protocol"]["action_rule"] == "sample" and len(first["final_returns"]) == 2
+    assert first["final_steps"] == first["final_returns"]  # CartPole pays 1 a step
     no_training(monkeypatch)
     monkeypatch.setattr(run_and_evaluate.trained, "load", None)  # nor is anything evaluated
     assert harness_run(run_dir) == first
