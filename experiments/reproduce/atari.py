@@ -17,7 +17,9 @@ frames / 4 (the papers' 200M frames are 50M agent steps); on classic control a f
 env step.
 
 Results in --out_dir: `<game>/seed_<s>/` run folders with `result.json`, then `scores.csv`
-(each game and seed's final score and human-normalized score), `summary.md` (ours against
+(each game and seed's final score and human-normalized score, and on Atari how many of the
+protocol's games lasted until the 108K-frame cap: a game that waits for an action the agent
+never takes), `summary.md` (ours against
 the paper per game; median and mean HNS, IQM and optimality gap with 95% stratified bootstrap
 intervals, Agarwal et al. 2021) and `curves.png` (frames on x, the paper's score as a line).
 Classic-control games have no human references: their table shows returns only.
@@ -49,6 +51,7 @@ import run_and_evaluate
 from run_and_evaluate import agent_steps, frames_of, game_name
 from agents import registry
 from agents.run.envs import is_atari
+from agents.run.evaluation import FRAME_SKIP
 from agents.run.flags import config_from_flagfile
 from agents.run.checkpoint import CheckpointError
 from agents.run.interrupts import GUARD
@@ -141,17 +144,29 @@ def plot_curves(results: dict, refs: dict, column: str, path: str) -> None:
     plt.close(fig)
 
 
+def games_at_cap(result: dict, env: str) -> int | str:
+    """How many of an Atari run's protocol games reached the episode cap; "" where unknown
+    (not Atari, or a result saved before games' lengths were recorded)."""
+    steps = result.get("final_steps")
+    if steps is None or not is_atari(env):
+        return ""
+    cap = result["protocol"]["max_episode_frames"] // FRAME_SKIP  # agent steps
+    return sum(n >= cap for n in steps)
+
+
 def write_scores(results: dict, refs: dict, path: str) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["game", "seed", "frames", "final_return", "human_normalized"])
+        writer.writerow(["game", "seed", "frames", "final_return", "human_normalized",
+                         "games_at_cap"])
         for env, runs in results.items():
             ref = refs.get(game_name(env), {})
             for r in runs:
                 final = float(np.mean(r["final_returns"]))
                 writer.writerow([game_name(env), r["seed"], frames_of(r["env_steps"], env),
                                  final, aggregates.human_normalized(
-                                     final, ref.get("random"), ref.get("human"))])
+                                     final, ref.get("random"), ref.get("human")),
+                                 games_at_cap(r, env)])
 
 
 def check_flags(refs: dict) -> tuple[list[str], list[int]]:

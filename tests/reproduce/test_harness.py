@@ -35,7 +35,8 @@ def test_harness_end_to_end_and_a_finished_run_is_not_run_again(tmp_path, monkey
     summary = (out / "summary.md").read_text()
     assert "| CartPole | 2 |" in summary
     rows = (out / "scores.csv").read_text().splitlines()
-    assert rows[0] == "game,seed,frames,final_return,human_normalized" and len(rows) == 3
+    assert rows[0] == "game,seed,frames,final_return,human_normalized,games_at_cap"
+    assert len(rows) == 3 and all(row.endswith(",") for row in rows[1:])  # no cap: not Atari
 
     # Resumable: a run with a result of the same settings is read back, no agent is built.
     from agents import registry
@@ -67,8 +68,9 @@ def test_harness_end_to_end_on_an_atari_game(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split(",") for line in (out / "scores.csv").read_text().splitlines()[1:]]
     assert [r[0] for r in rows] == ["Pong", "Pong"]
-    for game, seed, frames, final_return, hns in rows:
+    for game, seed, frames, final_return, hns, at_cap in rows:
         assert int(frames) >= 3000 and -21 <= float(final_return) <= 21
+        assert at_cap == "0"  # an untrained agent loses each game long before 27K steps
         # Pong: random -20.7, human 14.6 (the data file's references)
         assert float(hns) == pytest.approx((float(final_return) + 20.7) / (14.6 + 20.7))
     summary = (out / "summary.md").read_text()
