@@ -48,11 +48,3 @@ def play_params(config: Any, scores: Callable, params: Any, protocol: EvalProtoc
     finally:
         env.close()
     return episodes
-
-
-def evaluate_params(config: Any, scores: Callable, params: Any, protocol: EvalProtocol,
-                    evaluation: int = 0, stop: threading.Event | None = None
-                    ) -> np.ndarray | None:
-    """The `[episodes]` returns of `play_params`'s games (None: stopped)."""
-    episodes = play_params(config, scores, params, protocol, evaluation, stop)
-    return None if episodes is None else episodes.returns

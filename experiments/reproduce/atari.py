@@ -51,7 +51,6 @@ import run_and_evaluate
 from run_and_evaluate import agent_steps, frames_of, game_name
 from agents import registry
 from agents.run.envs import is_atari
-from agents.run.evaluation import FRAME_SKIP
 from agents.run.flags import config_from_flagfile
 from agents.run.checkpoint import CheckpointError
 from agents.run.interrupts import GUARD
@@ -150,7 +149,7 @@ def games_at_cap(result: dict, env: str) -> int | str:
     steps = result.get("final_steps")
     if steps is None or not is_atari(env):
         return ""
-    cap = result["protocol"]["max_episode_frames"] // FRAME_SKIP  # agent steps
+    cap = agent_steps(result["protocol"]["max_episode_frames"], env)
     return sum(n >= cap for n in steps)
 
 
