@@ -87,8 +87,9 @@ def collect(results: dict, refs: dict, column: str) -> tuple[list[list], dict, d
             hns_by_game[env] = norm
         paper_hns = (aggregates.human_normalized(paper, ref["random"], ref["human"])
                      if ref else math.nan)
-        spread = float(final.std()) if len(final) > 1 else "-"  # one seed has no spread
-        rows.append([game_name(env), len(runs), float(final.mean()), spread,
+        # Each seed's score rather than a spread: two or three seeds make a poor std.
+        per_seed = ", ".join(f"{x:.4g}" for x in final)
+        rows.append([game_name(env), len(runs), float(final.mean()), per_seed,
                      paper, float(np.mean(norm)), paper_hns])
     return rows, hns_by_game, {env: [np.mean(r["final_returns"]) for r in runs]
                                for env, runs in results.items()}
@@ -98,8 +99,8 @@ def summary_markdown(results: dict, refs: dict, column: str, reps: int) -> str:
     rows, hns_by_game, _ = collect(results, refs, column)
     text = ["Per game: our final score (mean over seeds of each seed's protocol evaluation) "
             f"against the paper's ({column}, after {references.frames_label(column)}).", "",
-            aggregates.markdown_table(["game", "seeds", "ours", "ours std", "paper", "ours HNS",
-                                       "paper HNS"], rows)]
+            aggregates.markdown_table(["game", "seeds", "ours", "ours per seed", "paper",
+                                       "ours HNS", "paper HNS"], rows)]
     seeds = {len(v) for v in hns_by_game.values()}
     if hns_by_game and len(seeds) == 1:
         ours = np.array(list(hns_by_game.values())).T  # [seeds, games]

@@ -61,8 +61,22 @@ def test_one_seed_has_no_interval_and_the_summaries_say_so():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPRODUCE, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "1 seed (no intervals)" in done.stdout and "| Pong | 1 | 11 | - |" in done.stdout
+    assert "1 seed (no intervals)" in done.stdout and "| Pong | 1 | 11 | 11 |" in done.stdout
     assert "(1 seed)" in done.stdout and "[" not in done.stdout, done.stdout
+
+
+def test_the_summary_lists_each_seeds_score_and_intervals_over_seeds():
+    code = ("import atari, references; print(atari.summary_markdown("
+            "{'Pong-v5': [{'final_returns': [10.0, 12.0]}, {'final_returns': [20.0]}], "
+            "'Breakout-v5': [{'final_returns': [1.7]}, {'final_returns': [30.5]}]}, "
+            "references.load_references(), 'impala_shallow', reps=100))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPRODUCE, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| Pong | 2 | 15.5 | 11, 20 |" in done.stdout, done.stdout
+    assert "| Breakout | 2 | 16.1 | 1.7, 30.5 |" in done.stdout, done.stdout
+    assert "2 seeds (95% stratified bootstrap intervals)" in done.stdout
+    assert "(1 seed)" not in done.stdout, done.stdout
 
 
 def test_bad_scores_raise():
