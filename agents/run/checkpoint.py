@@ -202,6 +202,35 @@ def save_checkpoint(directory: str, step: int, learner_state: Any, meta: dict,
     return final
 
 
+def copy_without_replay(path: str, destination: str) -> str:
+    """Copies checkpoint `path`, verified first, to the new folder `destination` without its
+    replay: the learner state and meta that a record keeps to evaluate or animate the agent
+    (an Ape-X replay of Atari frames is about 1.5 GB). The copy has its own manifest, and a run
+    resumed from it starts with an empty replay, as one saved with `checkpoint_replay=false`
+    does. Returns `destination`.
+
+    Raises:
+      CheckpointError: `path` is incomplete or corrupt.
+      FileExistsError: `destination` exists.
+    """
+    verify(path)
+    if os.path.lexists(destination):  # a record is never overwritten
+        raise FileExistsError(f"{destination} exists; name a new folder")
+    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
+    tmp = destination + ".tmp"
+    files_module.remove_tree(tmp)
+    os.mkdir(tmp)
+    try:
+        for name in ("learner.msgpack", "meta.json"):
+            shutil.copyfile(os.path.join(path, name), os.path.join(tmp, name))
+        _write_manifest(tmp)
+        os.rename(tmp, destination)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return destination
+
+
 def prune(directory: str, keep: int) -> list[str]:
     """Deletes complete checkpoints beyond the newest `keep`; returns what it deleted.
     Incomplete folders are not counted and not deleted."""

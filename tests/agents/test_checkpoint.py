@@ -141,6 +141,21 @@ def test_a_checkpoint_of_another_shape_is_a_mismatch_not_corruption(tmp_path):
         checkpoint.restore_checkpoint(path, STATE, bigger)
 
 
+def test_a_copy_without_the_replay_restores_the_learner_and_leaves_a_replay_empty(tmp_path):
+    path = save(tmp_path / "run", 7, replay_with(3))
+    copy = checkpoint.copy_without_replay(path, str(tmp_path / "record" / "step_7"))
+    assert sorted(checkpoint.verify(copy)) == ["learner.msgpack", "meta.json"]
+    state, meta = checkpoint.restore_checkpoint(copy, STATE, replay := replay_with(0))
+    np.testing.assert_array_equal(state["w"], STATE["w"])
+    assert meta == dict(updates=7, format=checkpoint.FORMAT) and len(replay) == 0
+    with pytest.raises(FileExistsError, match="step_7 exists"):
+        checkpoint.copy_without_replay(path, copy)
+    os.truncate(os.path.join(path, "learner.msgpack"), 5)  # a damaged source is not copied
+    with pytest.raises(CheckpointError, match="learner.msgpack"):
+        checkpoint.copy_without_replay(path, str(tmp_path / "other"))
+    assert not os.path.exists(tmp_path / "other")
+
+
 SAVER = """
 import sys, numpy as np
 from agents.run import checkpoint
