@@ -95,6 +95,10 @@ def collect(results: dict, refs: dict, column: str) -> tuple[list[list], dict, d
                                for env, runs in results.items()}
 
 
+# A bootstrap can only resample the runs it has: with a few a game it understates the spread.
+FEW_SEEDS = "; from so few runs a game they understate the spread of new seeds"
+
+
 def summary_markdown(results: dict, refs: dict, column: str, reps: int) -> str:
     rows, hns_by_game, _ = collect(results, refs, column)
     text = ["Per game: our final score (mean over seeds of each seed's protocol evaluation) "
@@ -111,7 +115,8 @@ def summary_markdown(results: dict, refs: dict, column: str, reps: int) -> str:
         est = aggregates.interval_estimates({"ours": ours}, reps=reps)["ours"]
         point = aggregates.point_aggregates(paper)
         text += ["", f"Human-normalized aggregates over {ours.shape[1]} game(s), "
-                 + (f"{ours.shape[0]} seeds (95% stratified bootstrap intervals):"
+                 + (f"{ours.shape[0]} seeds (95% stratified bootstrap intervals"
+                    + (FEW_SEEDS if ours.shape[0] < 5 else "") + "):"
                     if ours.shape[0] > 1 else "1 seed (no intervals):"), "",
                  aggregates.markdown_table(
                      ["aggregate", "ours", "paper (same games)"],

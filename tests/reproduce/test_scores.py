@@ -75,7 +75,7 @@ def test_the_summary_lists_each_seeds_score_and_intervals_over_seeds():
     assert done.returncode == 0, done.stderr
     assert "| Pong | 2 | 15.5 | 11, 20 |" in done.stdout, done.stdout
     assert "| Breakout | 2 | 16.1 | 1.7, 30.5 |" in done.stdout, done.stdout
-    assert "2 seeds (95% stratified bootstrap intervals)" in done.stdout
+    assert "2 seeds (95% stratified bootstrap intervals; from so few runs" in done.stdout
     assert "(1 seed)" not in done.stdout, done.stdout
 
 
