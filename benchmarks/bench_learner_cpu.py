@@ -14,12 +14,14 @@ machine's load hits each of them alike.
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
 
 import timing
+from agents.run.allocator import TUNABLES
 
 # name -> (XLA_FLAGS additions, extra environment). Flags checked against jaxlib 0.10.
 # BENCH_CONV=xla is read by this script's child alone: the torso's convolutions go through
@@ -33,6 +35,8 @@ VARIANTS = {
     "fast_math": ("--xla_cpu_enable_fast_math=true", {}),
     "no_thunks": ("--xla_cpu_use_thunk_runtime=false", {}),
     "eigen_one_thread": ("--xla_cpu_multi_thread_eigen=false", {}),
+    # glibc keeps freed blocks for reuse (`agents.run.allocator`: the launchers' setting).
+    "keep_freed_memory": ("", {"GLIBC_TUNABLES": TUNABLES}),
 }
 CONFIG = "experiments/configs/impala_pong_cpu_group_norm_batch8.cfg"
 
@@ -82,7 +86,8 @@ def build_update():
 
 
 def measure(seconds: float) -> dict:
-    """ms per update of the config's jitted update in this process."""
+    """ms per update of the config's jitted update in this process, and per update the page
+    faults and the kernel's CPU time (the process's, over the timed updates)."""
     one, _, agent_steps = build_update()
     times = []
     deadline = None
@@ -91,16 +96,22 @@ def measure(seconds: float) -> dict:
         one()
         if deadline is None:  # the first call compiles
             deadline = time.perf_counter() + seconds
+            before = resource.getrusage(resource.RUSAGE_SELF)
         else:
             times.append(time.perf_counter() - start)
+    after = resource.getrusage(resource.RUSAGE_SELF)
     return {"ms": 1e3 * statistics.median(times), "updates": len(times),
-            "agent_steps": agent_steps}
+            "agent_steps": agent_steps,
+            "faults": (after.ru_minflt - before.ru_minflt) / len(times),
+            "kernel_ms": 1e3 * (after.ru_stime - before.ru_stime) / len(times)}
 
 
 def variant_env(name: str) -> dict:
-    """The environment of a process that runs variant `name` (its XLA_FLAGS and variables)."""
+    """The environment of a process that runs variant `name` (its XLA_FLAGS and variables;
+    glibc's defaults unless the variant sets GLIBC_TUNABLES)."""
     flags, extra = VARIANTS[name]
-    env = dict(os.environ, **extra)
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env.update(extra)
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
     return env
 
@@ -140,14 +151,17 @@ def main():
         ok = [r["ms"] for r in results[name] if "ms" in r]
         if not ok:
             rows.append([name, VARIANTS[name][0] or str(VARIANTS[name][1]) or "-",
-                         results[name][0]["error"][:60], "-", "-"])
+                         results[name][0]["error"][:60], "-", "-", "-", "-"])
             continue
         ms = statistics.median(ok)
-        steps = results[name][0]["agent_steps"]
+        done = [r for r in results[name] if "ms" in r]
+        steps = done[0]["agent_steps"]
         rows.append([name, VARIANTS[name][0] or str(VARIANTS[name][1]) or "-", ms,
-                     steps / ms * 1e3, base / ms if base else "-"])
+                     steps / ms * 1e3, base / ms if base else "-",
+                     statistics.median(r["faults"] for r in done),
+                     statistics.median(r["kernel_ms"] for r in done)])
     timing.print_table(["variant", "setting", "ms/update", "agent steps/s",
-                        "speed vs default"], rows)
+                        "speed vs default", "page faults/update", "kernel ms/update"], rows)
 
 
 if __name__ == "__main__":

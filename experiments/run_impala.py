@@ -8,6 +8,11 @@ anything starts; a failure in any thread stops it with that thread's traceback a
 Ctrl-C stops it cleanly with a final checkpoint (resume with --resume).
 """
 
+if __name__ == "__main__":  # first: glibc reads its malloc settings when a process starts
+    from agents.run.allocator import restart_keeping_freed_memory
+
+    restart_keeping_freed_memory()
+
 from agents.run.interrupts import GUARD
 
 GUARD.install()  # first: a Ctrl-C while JAX and the agent load ends the process (exit 130)

@@ -35,6 +35,11 @@ a refused folder is one `error:` line and exit status 1 (2 for an unknown flag),
 launchers do (`agents.run.launch`).
 """
 
+if __name__ == "__main__":  # first: glibc reads its malloc settings when a process starts
+    from agents.run.allocator import restart_keeping_freed_memory
+
+    restart_keeping_freed_memory()
+
 import csv
 import dataclasses
 import math

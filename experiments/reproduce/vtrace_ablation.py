@@ -43,6 +43,11 @@ it are reused). `sweep.md` lists every setting's scores; `table.md` the chosen o
 whole path in about a minute; its numbers mean nothing.
 """
 
+if __name__ == "__main__":  # first: glibc reads its malloc settings when a process starts
+    from agents.run.allocator import restart_keeping_freed_memory
+
+    restart_keeping_freed_memory()
+
 import dataclasses
 import json
 import math
