@@ -13,9 +13,9 @@ and 1-2 ms of kernel time an update.
 glibc reads these settings (`GLIBC_TUNABLES`) once, when a process starts; made later with
 `mallopt`, they left hundreds to thousands of faults an update in the measurement. So the
 launchers restart themselves with them before anything else loads (`os.execve`: the same
-process id, arguments and environment plus the tunables). A `GLIBC_TUNABLES` that already
-sets malloc's `mmap_max` is left as the user set it, which is also how to opt out
-(`GLIBC_TUNABLES=glibc.malloc.mmap_max=65536`, glibc's default). Linux with glibc only.
+process id, arguments and environment plus the tunables). `KEEP_FREED_MEMORY=0` in the
+environment keeps glibc's defaults, and a `GLIBC_TUNABLES` that already sets any of malloc's
+tunables is left as the user set it. Linux with glibc only.
 
 The price: memory the process frees stays with it for later allocations instead of going back
 to the system, so its resident size stays at its peak; and the threads share one arena's lock
@@ -31,16 +31,17 @@ import sys
 TUNABLES = ("glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647:"
             "glibc.malloc.arena_max=1")
 _ENV = "GLIBC_TUNABLES"
+OPT_OUT = "KEEP_FREED_MEMORY"  # "0": glibc's defaults
 
 
 def tunables_env(environ: dict) -> dict | None:
     """`environ` with the tunables added to `GLIBC_TUNABLES`, or None where there is nothing
-    to do: not Linux with glibc, or malloc's `mmap_max` already set (by the user, or by an
-    earlier restart)."""
+    to do: not Linux with glibc, `KEEP_FREED_MEMORY=0`, or malloc's tunables already set (by
+    the user, or by an earlier restart)."""
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return None
     current = environ.get(_ENV, "")
-    if "glibc.malloc.mmap_max=" in current:
+    if environ.get(OPT_OUT) == "0" or "glibc.malloc." in current:
         return None
     return dict(environ, **{_ENV: f"{current}:{TUNABLES}" if current else TUNABLES})
 

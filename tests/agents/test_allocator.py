@@ -18,10 +18,12 @@ needs_glibc = pytest.mark.skipif(not GLIBC, reason="Linux with glibc only")
 @needs_glibc
 def test_the_tunables_are_added_once_and_a_users_own_are_kept():
     assert allocator.tunables_env({})["GLIBC_TUNABLES"] == allocator.TUNABLES
-    env = allocator.tunables_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "X": "1"})
-    assert env == {"GLIBC_TUNABLES": f"glibc.malloc.hugetlb=1:{allocator.TUNABLES}", "X": "1"}
+    env = allocator.tunables_env({"GLIBC_TUNABLES": "glibc.rtld.nns=4", "X": "1"})
+    assert env == {"GLIBC_TUNABLES": f"glibc.rtld.nns=4:{allocator.TUNABLES}", "X": "1"}
     assert allocator.tunables_env(env) is None  # restarted once already
-    assert allocator.tunables_env({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=65536"}) is None
+    assert allocator.tunables_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}) is None
+    assert allocator.tunables_env({"KEEP_FREED_MEMORY": "0"}) is None
+    assert allocator.tunables_env({"KEEP_FREED_MEMORY": "1"}) is not None
 
 
 def run_python(code, *args, env=None):
