@@ -79,6 +79,33 @@ def interval_estimates(scores_by_name: dict[str, np.ndarray], reps: int = 2000,
                   for name in several}
 
 
+def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95
+                   ) -> tuple[float, float, float]:
+    """mean(b) - mean(a) with Welch's t interval (Welch 1947: unequal variances, the
+    Welch-Satterthwaite degrees of freedom). NaN bounds when either side has one seed, or
+    when both have no spread (no interval can be estimated)."""
+    from scipy import stats  # installed with rliable, a reproduction-only dependency
+
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    diff = float(b.mean() - a.mean())
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0:
+        return diff, math.nan, math.nan
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = stats.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)
+    return diff, diff - half, diff + half
+
+
+def probability_of_improvement(a: np.ndarray, b: np.ndarray) -> float:
+    """P(b > a) over all pairs of a seed of `a` and one of `b`, ties counting half: the
+    Mann-Whitney U statistic over len(a) * len(b) (Agarwal et al. 2021, Sec. 4)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    wins = (b[:, None] > a[None, :]).sum() + 0.5 * (b[:, None] == a[None, :]).sum()
+    return float(wins / (len(a) * len(b)))
+
+
 def format_estimate(estimate: tuple[float, float, float], digits: int = 3) -> str:
     """`point [low, high]`, or `point (1 seed)` when there is no interval."""
     point, low, high = estimate

@@ -1,5 +1,7 @@
-"""Configs compared over seeds (`compare.py`): Welch's interval against scipy's and by hand,
-the probability of improvement by hand, and the script on fabricated `atari.py` folders."""
+"""Configs compared over seeds (`compare.py`, its statistics in `aggregates`): Welch's interval
+against scipy's and by hand, the probability of improvement by hand, and the script on
+fabricated `atari.py` folders (in its own process: its flags would clash with the other
+scripts' in this one)."""
 
 import json
 import math
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import compare
+import aggregates
 from conftest import REPRODUCE
 
 PROTOCOL = dict(episodes=3, action_rule="sample", epsilon=0.0, noop_max=30,
@@ -21,26 +23,26 @@ PROTOCOL = dict(episodes=3, action_rule="sample", epsilon=0.0, noop_max=30,
 def test_welch_interval_matches_scipy_and_a_hand_computed_case():
     rng = np.random.default_rng(0)
     a, b = rng.normal(10, 3, 3), rng.normal(14, 1, 4)
-    diff, low, high = compare.welch_interval(a, b)
+    diff, low, high = aggregates.welch_interval(a, b)
     want = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
     np.testing.assert_allclose([diff, low, high], [b.mean() - a.mean(), want.low, want.high])
     # By hand: a = (0, 2), b = (4, 6): variances of the means 1 and 1, dof
     # (1 + 1)^2 / (1 + 1) = 2, half width t(0.975, 2) * sqrt(2) = 4.303 * 1.414 = 6.085.
-    diff, low, high = compare.welch_interval([0.0, 2.0], [4.0, 6.0])
+    diff, low, high = aggregates.welch_interval([0.0, 2.0], [4.0, 6.0])
     assert diff == 4.0
     np.testing.assert_allclose([low, high], [4 - 6.0851, 4 + 6.0851], atol=1e-3)
 
 
 def test_one_seed_or_no_spread_has_no_interval():
     for a, b in (([1.0], [2.0, 3.0]), ([1.0, 1.0], [2.0, 2.0])):
-        diff, low, high = compare.welch_interval(a, b)
+        diff, low, high = aggregates.welch_interval(a, b)
         assert diff == np.mean(b) - np.mean(a) and math.isnan(low) and math.isnan(high)
 
 
 def test_probability_of_improvement_by_hand():
     # b = (2, 5) against a = (1, 2, 3): 2 beats 1, ties 2 (half), loses to 3; 5 beats all.
-    assert compare.probability_of_improvement([1.0, 2.0, 3.0], [2.0, 5.0]) == 4.5 / 6
-    assert compare.probability_of_improvement([1.0], [0.0]) == 0.0
+    assert aggregates.probability_of_improvement([1.0, 2.0, 3.0], [2.0, 5.0]) == 4.5 / 6
+    assert aggregates.probability_of_improvement([1.0], [0.0]) == 0.0
 
 
 def fabricate(out_dir, game, seed, returns, norm="group", protocol=PROTOCOL, frames=1000):
@@ -74,7 +76,7 @@ def test_the_script_compares_seeds_and_names_what_differs(tmp_path):
     assert "- norm: group (GroupNorm), none (no norm)" in text
     assert "learning_rate" not in text and "run_dir" not in text and "Qbert" not in text
     assert "| GroupNorm | 3 | 11, 20, 15 | 15.33 | (baseline) | - |" in text, text
-    diff, low, high = compare.welch_interval([11.0, 20.0, 15.0], [2.0, 4.0])
+    diff, low, high = aggregates.welch_interval([11.0, 20.0, 15.0], [2.0, 4.0])
     assert f"| no norm | 2 | 2, 4 | 3 | {diff:+.4g} [{low:.4g}, {high:.4g}] | 0.00 |" in text
     assert (out / "curves.png").stat().st_size > 0
 
