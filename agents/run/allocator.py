@@ -7,8 +7,8 @@ and has the kernel zero them again: the IMPALA Atari update (T = 20, B = 8, shal
 took 15.6K page faults and 28 ms of kernel time per update on top of about 80 ms of
 computation (`benchmarks/bench_learner_cpu.py --variants default,keep_freed_memory`;
 BUILD_NOTES). With malloc's `mmap` off, the heap never trimmed and one arena for all threads,
-freed blocks stay in the process and the next call reuses their pages: a few hundred faults
-and 1-2 ms of kernel time an update.
+freed blocks stay in the process and the next call reuses their pages: about 200 faults
+and 3 ms of kernel time an update on idle cores.
 
 glibc reads these settings (`GLIBC_TUNABLES`) once, when a process starts; made later with
 `mallopt`, they left hundreds to thousands of faults an update in the measurement. So the
@@ -47,7 +47,7 @@ def tunables_env(environ: dict) -> dict | None:
 
 
 def restart_keeping_freed_memory() -> None:
-    """Restarts this Python process with the tunables (`os.execv` of the same interpreter and
+    """Restarts this Python process with the tunables (`os.execve` of the same interpreter and
     arguments); returns at once where `tunables_env` has nothing to do. Call it first in a
     script's `__main__`, before anything allocates much or starts a thread."""
     env = tunables_env(dict(os.environ))
