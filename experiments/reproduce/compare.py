@@ -60,7 +60,8 @@ def seed_scores(results: list[dict]) -> np.ndarray:
 
 
 def check_comparable(game: str, labels: list[str], runs: list[list[dict]]) -> None:
-    """UsageError unless every result of `game` has results, and shares one protocol and budget."""
+    """UsageError unless every folder has results of `game`, all under one protocol and
+    budget."""
     for label, results in zip(labels, runs):
         if not results:
             raise UsageError(f"--runs: {label} has no result of {game} (a finished atari.py "
@@ -76,7 +77,7 @@ def check_comparable(game: str, labels: list[str], runs: list[list[dict]]) -> No
 
 def config_differences(labels: list[str], runs: list[list[dict]]) -> list[str]:
     """Lines `field: value (label), value (label)` for each config field that differs
-    between the folders (their first results)."""
+    between the folders (the first result of each; `runs` holds one game's)."""
     configs = [results[0]["config"] for results in runs]
     fields = sorted(set().union(*configs) - PER_RUN)
     lines = []
@@ -180,8 +181,7 @@ def main(argv):
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
-    firsts = [[r for game in games for r in by_game[game][i]] for i in range(len(labels))]
-    text = markdown(games, labels, by_game, config_differences(labels, firsts))
+    text = markdown(games, labels, by_game, config_differences(labels, by_game[games[0]]))
     os.makedirs(FLAGS.out_dir, exist_ok=True)
     with open(os.path.join(FLAGS.out_dir, "compare.md"), "w") as f:
         f.write(text)
