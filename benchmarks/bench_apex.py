@@ -8,7 +8,8 @@
   batch already on the device. Target: ratio >= 0.9.
 - networks: the bare jitted update (batch 32) of the Pong configs' networks, timed in turns:
   the dueling Nature network (`apex_pong_cpu.cfg`) against the IMPALA shallow torso with
-  256-unit dueling streams (`apex_pong_cpu_shallow.cfg`). Record only.
+  256-unit dueling streams (`apex_pong_cpu_shallow.cfg`), with and without GroupNorm after
+  each conv (`apex_pong_cpu_group_norm.cfg`). Record only.
 - batches: the bare jitted update of the shallow network at batch 32, 64 and 128, timed in
   turns: updates/s and sampled transitions/s, the price of a larger batch. Record only.
 - cartpole: wall time and env steps until greedy evaluation reaches 475, median of 3 seeds.
@@ -45,6 +46,8 @@ ATARI = ApexConfig(env="Pong-v5", num_actors=1, envs_per_actor=16, actor_batch_s
 NETWORKS = {
     "nature, dueling streams 512": {},
     "impala_shallow, dueling streams 256": dict(torso="impala_shallow", head_hidden_sizes=(256,)),
+    "impala_shallow + GroupNorm, streams 256": dict(torso="impala_shallow",
+                                                    head_hidden_sizes=(256,), norm="group"),
 }
 
 
