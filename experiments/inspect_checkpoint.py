@@ -24,7 +24,7 @@ from absl import app, flags
 from agents import trained
 from agents.registry import APEX, IMPALA
 from agents.run import checkpoint
-from agents.run.envs import actor_env_settings, make_env
+from agents.run.envs import actor_env_settings, random_policy_frames
 from agents.run.flags import config_from_flags, define_flags
 
 define_flags(IMPALA.config)
@@ -86,15 +86,8 @@ def main(argv):
     path, agent = load(config.run_dir)
     info, network = agent.info, agent.network
     fresh = network.init(jax.random.PRNGKey(0), np.zeros((1,) + info.obs_shape, info.obs_dtype))
-    env = make_env(actor_env_settings(agent.config, 0).for_evaluation(8))
-    obs, _ = env.reset()
-    rng, frames = np.random.default_rng(0), []
-    for step in range(flags.FLAGS.random_steps):
-        obs, *_ = env.step(rng.integers(0, info.num_actions, 8).astype(np.int32))
-        if step % 10 == 0:
-            frames.append(obs.copy())
-    env.close()
-    frames = np.concatenate(frames)
+    settings = actor_env_settings(agent.config, 0).for_evaluation(8)
+    frames = random_policy_frames(settings, info.num_actions, flags.FLAGS.random_steps, 10)
     print(f"{len(frames)} frames; checkpoint {path} after {agent.updates:,} updates, "
           f"{agent.env_steps:,} agent steps")
     print(f"initial: {summary(network, fresh, frames)}")

@@ -290,3 +290,24 @@ def eval_env_settings(config: Any) -> EnvSettings:
     """The evaluation envs: one episode per env, real game scores, seeds apart from training."""
     return actor_env_settings(config, 0).for_evaluation(
         config.eval_episodes, seed=run_seeds(config).eval_envs_seed())
+
+
+def random_policy_frames(settings: EnvSettings, num_actions: int, steps: int, every: int,
+                         seed: int = 0) -> np.ndarray:
+    """Observations of a uniform random policy: the pool's batch every `every` of `steps` steps.
+
+    A fixed set of real frames to look at networks with (`experiments/inspect_checkpoint.py`,
+    `experiments/feature_spread.py`); the pool is stepped synchronously and closed after.
+
+    Returns:
+      Observations `[ceil(steps / every) * num_envs, *obs_shape]`, in envpool's layout.
+    """
+    env = make_env(settings)
+    env.reset()
+    rng, frames = np.random.default_rng(seed), []
+    for step in range(steps):
+        obs, *_ = env.step(rng.integers(0, num_actions, settings.num_envs).astype(np.int32))
+        if step % every == 0:
+            frames.append(obs.copy())
+    env.close()
+    return np.concatenate(frames)
