@@ -29,10 +29,14 @@ from agents.run.envs import actor_env_settings, env_info, random_policy_frames
 from agents.run.flags import config_from_flags, define_flags
 from networks import NORMS
 
-define_flags(APEX.config)
-flags.DEFINE_list("norms", ["none", "group"], "torso norms compared (none, group, layer)")
-flags.DEFINE_list("seeds", ["0", "1", "2"], "initialization seeds, each reported")
-flags.DEFINE_integer("random_steps", 400, "random-policy steps played to collect frames")
+
+def define_script_flags() -> None:
+    """The config's flags and the script's; defined when run, so that importing `spread` (the
+    tests do) adds no flags beside other scripts'."""
+    define_flags(APEX.config)
+    flags.DEFINE_list("norms", ["none", "group"], "torso norms compared (none, group, layer)")
+    flags.DEFINE_list("seeds", ["0", "1", "2"], "initialization seeds, each reported")
+    flags.DEFINE_integer("random_steps", 400, "random-policy steps played to collect frames")
 
 
 def spread(x: np.ndarray) -> tuple[float, float, float]:
@@ -88,4 +92,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_script_flags()
     app.run(main)
