@@ -6,9 +6,12 @@ per update is the time per 160 agent steps. Each variant runs in its own process
 flags once, at start), all on the same synthetic batch; `xla_conv` is the default with the
 torso's convolutions through XLA's convolution instead of `ops.strided_conv` (the torsos' way
 on CPU). The variants are run in turn twice (A, B, ..., A, B, ...) so that drift in the
-machine's load hits each of them alike.
+machine's load hits each of them alike. `--configs` times the update of other flagfiles
+beside it (an optimizer or a norm changes what one update costs), each under every variant,
+against the first config's default.
 
     python benchmarks/bench_learner_cpu.py [--seconds 20] [--variants default,onednn,...]
+    python benchmarks/bench_learner_cpu.py --variants=default --configs=A.cfg,B.cfg,...
 """
 
 import argparse
@@ -59,7 +62,7 @@ def build_update():
         from networks import _conv_utils
         _conv_utils.conv2d_valid = lambda x, kernel, stride: jax.lax.conv_general_dilated(
             x, kernel, (stride, stride), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    config = config_from_flagfile(ImpalaConfig, CONFIG)
+    config = config_from_flagfile(ImpalaConfig, os.environ.get("BENCH_CONFIG", CONFIG))
     info = env_info(actor_env_settings(config, 0))
     rng = np.random.default_rng(0)  # the torch reference's batch too (its make_batch)
     T, B, A = config.unroll_length, config.batch_size, info.num_actions
@@ -116,9 +119,9 @@ def variant_env(name: str) -> dict:
     return env
 
 
-def run_variant(name: str, seconds: float) -> dict:
+def run_variant(name: str, seconds: float, config: str = CONFIG) -> dict:
     out = subprocess.run([sys.executable, __file__, "--child", str(seconds)],
-                         env=variant_env(name),
+                         env=variant_env(name) | {"BENCH_CONFIG": config},
                          capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "?"}
@@ -130,6 +133,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--configs", default=CONFIG,
+                        help="IMPALA flagfiles whose updates are timed (the first is the base)")
     parser.add_argument("--child", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
@@ -139,30 +144,35 @@ def main():
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise ValueError(f"--variants: unknown {unknown}; allowed: {sorted(VARIANTS)}")
-    results = {n: [] for n in names}
+    configs = args.configs.split(",")
+    missing = [c for c in configs if not os.path.isfile(c)]
+    if missing:
+        raise ValueError(f"--configs: no such flagfile {missing}")
+    runs = [(c, n) for c in configs for n in names]  # the first config's variants first
+    results = {run: [] for run in runs}
     for _ in range(args.rounds):
-        for name in names:
-            r = run_variant(name, args.seconds)
-            print(name, r, flush=True)
-            results[name].append(r)
-    base = statistics.median(r["ms"] for r in results["default"]) if "default" in names else None
+        for config, name in runs:
+            r = run_variant(name, args.seconds, config)
+            print(os.path.basename(config), name, r, flush=True)
+            results[(config, name)].append(r)
+    base_ms = [r["ms"] for r in results.get((configs[0], "default"), []) if "ms" in r]
+    base = statistics.median(base_ms) if base_ms else None
     rows = []
-    for name in names:
-        ok = [r["ms"] for r in results[name] if "ms" in r]
-        if not ok:
-            rows.append([name, VARIANTS[name][0] or str(VARIANTS[name][1]) or "-",
-                         results[name][0]["error"][:60], "-", "-", "-", "-"])
+    for config, name in runs:
+        label = (f"{os.path.basename(config)[:-4]} " if len(configs) > 1 else "") + name
+        setting = VARIANTS[name][0] or str(VARIANTS[name][1]) or "-"
+        done = [r for r in results[(config, name)] if "ms" in r]
+        if not done:
+            rows.append([label, setting, results[(config, name)][0]["error"][:60],
+                         "-", "-", "-", "-"])
             continue
-        ms = statistics.median(ok)
-        done = [r for r in results[name] if "ms" in r]
-        steps = done[0]["agent_steps"]
-        rows.append([name, VARIANTS[name][0] or str(VARIANTS[name][1]) or "-", ms,
-                     steps / ms * 1e3, base / ms if base else "-",
+        ms = statistics.median(r["ms"] for r in done)
+        rows.append([label, setting, ms, done[0]["agent_steps"] / ms * 1e3,
+                     base / ms if base else "-",
                      statistics.median(r["faults"] for r in done),
                      statistics.median(r["kernel_ms"] for r in done)])
     timing.print_table(["variant", "setting", "ms/update", "agent steps/s",
                         "speed vs default", "page faults/update", "kernel ms/update"], rows)
-
 
 if __name__ == "__main__":
     main()
