@@ -89,9 +89,11 @@ class RunStats:
             self._check_limits()
 
     def state_dict(self) -> dict[str, int]:
-        """The run's counters: with several processes, summed over them."""
+        """The run's counters: with several processes, summed over them. `env_steps` is
+        always there (0 before the first step), as a checkpoint's meta must hold it: a run
+        stopped before its actors' first step still saves one that resumes."""
         with self._lock:
-            return self._totals()
+            return {"env_steps": 0} | self._totals()
 
     def _totals(self) -> dict[str, int]:
         # Not `Counter.__add__`: it drops counters at 0.

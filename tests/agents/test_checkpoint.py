@@ -15,6 +15,9 @@ import pytest
 
 from agents.run import checkpoint
 from agents.run.checkpoint import CheckpointError, CheckpointMismatch
+from agents.impala.learner import TrainingState
+from agents.run.config import RunConfig
+from agents.run.stats import RunStats
 from replay.prioritized import PrioritizedReplay
 
 SPEC = {"x": ((64,), np.float32)}
@@ -193,3 +196,14 @@ def test_saves_killed_at_random_moments_always_leave_a_resumable_checkpoint(tmp_
         assert state["w"][0] == meta["updates"]
         assert len(checkpoint.list_checkpoints(directory)) <= 3
     assert json.load(open(os.path.join(path, "manifest.json")))["files"]
+
+
+def test_a_run_stopped_before_its_first_step_saves_a_checkpoint_that_resumes(tmp_path):
+    # Ctrl-C during startup: no actor has stepped yet, so no counter was ever added.
+    state = TrainingState(params={"w": np.zeros(3, np.float32)}, opt_state=(),
+                          steps=np.int32(0))
+    path = checkpoint.save_run(str(tmp_path), state, RunStats(), RunConfig())
+    assert checkpoint.read_run_meta(path)["counters"] == {"env_steps": 0}
+    resumed = RunStats()
+    checkpoint.resume_run(path, state, resumed)
+    assert resumed.get("env_steps") == 0 and resumed.since_start(("env_steps",)) == [0]
