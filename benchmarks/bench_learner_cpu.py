@@ -159,7 +159,7 @@ def main():
     base = statistics.median(base_ms) if base_ms else None
     rows = []
     for config, name in runs:
-        label = (f"{os.path.basename(config)[:-4]} " if len(configs) > 1 else "") + name
+        label = (f"{os.path.splitext(os.path.basename(config))[0]} " if len(configs) > 1 else "") + name
         setting = VARIANTS[name][0] or str(VARIANTS[name][1]) or "-"
         done = [r for r in results[(config, name)] if "ms" in r]
         if not done:
@@ -173,6 +173,7 @@ def main():
                      statistics.median(r["kernel_ms"] for r in done)])
     timing.print_table(["variant", "setting", "ms/update", "agent steps/s",
                         "speed vs default", "page faults/update", "kernel ms/update"], rows)
+
 
 if __name__ == "__main__":
     main()

@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
+from agents.impala.learner import TrainingState
 from agents.run import checkpoint
 from agents.run.checkpoint import CheckpointError, CheckpointMismatch
-from agents.impala.learner import TrainingState
 from agents.run.config import RunConfig
 from agents.run.stats import RunStats
 from replay.prioritized import PrioritizedReplay
